@@ -1,0 +1,70 @@
+# hoplock: lease-based leader election for PostgreSQL
+
+MODULE_big = hoplock
+OBJS = \
+	src/args.o \
+	src/events.o \
+	src/functions.o \
+	src/guc.o \
+	src/hoplock.o \
+	src/lease.o \
+	src/store.o
+
+EXTENSION = hoplock
+DATA = sql/hoplock--1.0.sql
+PGFILEDESC = "hoplock - lease-based leader election"
+
+# Regression tests: one file per topic, run on a scratch server that
+# preloads hoplock (pg_regress --temp-instance).
+REGRESS = \
+	setup \
+	acquire \
+	renew \
+	release \
+	holder \
+	fence \
+	cas \
+	leases_view \
+	bad_input \
+	privileges \
+	events \
+	durability \
+	guc \
+	hot
+REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
+
+ISOLATION = \
+	race_acquire \
+	acquire_renew \
+	release_acquire \
+	fence_takeover \
+	write_stale_handle \
+	notify_payloads \
+	isolation_levels
+ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
+
+TAP_TESTS = 1
+
+EXTRA_CLEAN = tmp_check tmp_check_iso output_iso
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# The suites one by one, so that scripts/test can run them all and count.
+.PHONY: check-regress check-isolation check-tap test demo
+
+check-regress:
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+
+check-isolation:
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+
+check-tap:
+	$(prove_installcheck)
+
+test:
+	scripts/test
+
+demo:
+	scripts/demo

@@ -1,0 +1,188 @@
+/*-------------------------------------------------------------------------
+ *
+ * functions.c
+ *		The SQL-callable functions.  Each checks its arguments, hands the
+ *		work to lease.c, and turns the outcome into a hoplock_lease row, a
+ *		boolean, or NULL.  Contention is a result (NULL or false), never an
+ *		error.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "hoplock.h"
+#include "compat.h"
+
+#include "access/htup_details.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(hoplock_acquire);
+PG_FUNCTION_INFO_V1(hoplock_renew);
+PG_FUNCTION_INFO_V1(hoplock_release);
+PG_FUNCTION_INFO_V1(hoplock_force_release);
+PG_FUNCTION_INFO_V1(hoplock_holder);
+PG_FUNCTION_INFO_V1(hoplock_read);
+PG_FUNCTION_INFO_V1(hoplock_write);
+PG_FUNCTION_INFO_V1(hoplock_delete);
+PG_FUNCTION_INFO_V1(hoplock_fence);
+
+static Datum
+lease_datum(FunctionCallInfo fcinfo, const Lease *lease)
+{
+	TupleDesc	desc = lease_result_desc(fcinfo);
+	Datum		values[6];
+	bool		nulls[6] = {false, false, false, false, false, false};
+	char		handle[LEASE_HANDLE_LEN];
+
+	lease_format_handle(lease, handle);
+	values[0] = PointerGetDatum(lease->name);
+	values[1] = PointerGetDatum(lease->owner);
+	values[2] = Int64GetDatum(lease->generation);
+	values[3] = CStringGetTextDatum(handle);
+	values[4] = TimestampTzGetDatum(lease->acquired_at);
+	values[5] = TimestampTzGetDatum(lease->expires_at);
+
+	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+}
+
+/* Run a writing request; return its lease, or NULL if it did not write. */
+static Datum
+cas_returning_lease(FunctionCallInfo fcinfo, LeaseRequest *req)
+{
+	Lease		result;
+
+	if (lease_cas(req, &result) != LEASE_DONE)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(lease_datum(fcinfo, &result));
+}
+
+static Datum
+cas_returning_bool(LeaseRequest *req)
+{
+	Lease		result;
+
+	PG_RETURN_BOOL(lease_cas(req, &result) == LEASE_DONE);
+}
+
+/* hoplock_acquire(name, owner, ttl) */
+Datum
+hoplock_acquire(PG_FUNCTION_ARGS)
+{
+	LeaseRequest req = {0};
+
+	req.op = LEASE_OP_ACQUIRE;
+	req.fn = "hoplock_acquire()";
+	req.name = hoplock_arg_name(fcinfo, 0, "lease name");
+	req.owner = hoplock_arg_name(fcinfo, 1, "owner");
+	req.ttl = hoplock_arg_ttl(fcinfo, 2);
+	return cas_returning_lease(fcinfo, &req);
+}
+
+/* hoplock_renew(name, owner, ttl [, generation]) */
+Datum
+hoplock_renew(PG_FUNCTION_ARGS)
+{
+	LeaseRequest req = {0};
+
+	req.op = LEASE_OP_RENEW;
+	req.fn = "hoplock_renew()";
+	req.name = hoplock_arg_name(fcinfo, 0, "lease name");
+	req.owner = hoplock_arg_name(fcinfo, 1, "owner");
+	req.ttl = hoplock_arg_ttl(fcinfo, 2);
+	if (PG_NARGS() > 3)
+		req.generation = hoplock_arg_generation(fcinfo, 3);
+	return cas_returning_lease(fcinfo, &req);
+}
+
+/* hoplock_release(name, owner [, generation]) */
+Datum
+hoplock_release(PG_FUNCTION_ARGS)
+{
+	LeaseRequest req = {0};
+
+	req.op = LEASE_OP_RELEASE;
+	req.fn = "hoplock_release()";
+	req.name = hoplock_arg_name(fcinfo, 0, "lease name");
+	req.owner = hoplock_arg_name(fcinfo, 1, "owner");
+	if (PG_NARGS() > 2)
+		req.generation = hoplock_arg_generation(fcinfo, 2);
+	return cas_returning_bool(&req);
+}
+
+/* hoplock_force_release(name) */
+Datum
+hoplock_force_release(PG_FUNCTION_ARGS)
+{
+	LeaseRequest req = {0};
+
+	req.op = LEASE_OP_FORCE_RELEASE;
+	req.fn = "hoplock_force_release()";
+	req.name = hoplock_arg_name(fcinfo, 0, "lease name");
+	return cas_returning_bool(&req);
+}
+
+/* hoplock_write(name, prev_handle, owner, ttl) */
+Datum
+hoplock_write(PG_FUNCTION_ARGS)
+{
+	LeaseRequest req = {0};
+
+	req.op = LEASE_OP_WRITE;
+	req.fn = "hoplock_write()";
+	req.name = hoplock_arg_name(fcinfo, 0, "lease name");
+	req.handle = PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1);
+	req.owner = hoplock_arg_name(fcinfo, 2, "owner");
+	req.ttl = hoplock_arg_ttl(fcinfo, 3);
+	return cas_returning_lease(fcinfo, &req);
+}
+
+/* hoplock_delete(name, handle) */
+Datum
+hoplock_delete(PG_FUNCTION_ARGS)
+{
+	LeaseRequest req = {0};
+
+	req.op = LEASE_OP_DELETE;
+	req.fn = "hoplock_delete()";
+	req.name = hoplock_arg_name(fcinfo, 0, "lease name");
+	req.handle = hoplock_arg_text(fcinfo, 1, "handle");
+	return cas_returning_bool(&req);
+}
+
+/* hoplock_holder(name): the running term, or NULL */
+Datum
+hoplock_holder(PG_FUNCTION_ARGS)
+{
+	text	   *name = hoplock_arg_name(fcinfo, 0, "lease name");
+	Lease		lease;
+
+	if (!lease_lookup(name, &lease) ||
+		!lease_is_held(&lease, GetCurrentTimestamp()))
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(lease_datum(fcinfo, &lease));
+}
+
+/* hoplock_read(name): the stored state, expired or not, or NULL */
+Datum
+hoplock_read(PG_FUNCTION_ARGS)
+{
+	text	   *name = hoplock_arg_name(fcinfo, 0, "lease name");
+	Lease		lease;
+
+	if (!lease_lookup(name, &lease) || !lease_has_state(&lease))
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(lease_datum(fcinfo, &lease));
+}
+
+/* hoplock_fence(name, generation) */
+Datum
+hoplock_fence(PG_FUNCTION_ARGS)
+{
+	text	   *name = hoplock_arg_name(fcinfo, 0, "lease name");
+	int64		generation = hoplock_arg_generation(fcinfo, 1);
+
+	lease_fence(name, generation);
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,26 @@
+/*-------------------------------------------------------------------------
+ *
+ * hoplock.c
+ *		Module entry point: defines the settings and hooks the transaction
+ *		callbacks.  Loading hoplock through shared_preload_libraries also
+ *		sets up its shared memory and background worker.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "hoplock.h"
+#include "compat.h"
+
+#include "fmgr.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	hoplock_define_gucs();
+	hoplock_events_init();
+}

@@ -1,0 +1,517 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *		The lease compare-and-swap.  acquire, renew, release, force_release,
+ *		write and delete are all one routine, lease_cas(): read the newest
+ *		version of the lease, decide what the request does to it, write that
+ *		without waiting, and queue the events.  hoplock_fence is here too,
+ *		since it is the other half of the same locking protocol.
+ *
+ *		Locking protocol
+ *		----------------
+ *		Each lease name has a "term lock", a heavyweight lock on an advisory
+ *		lock tag built from the database and a 64-bit hash of the name:
+ *
+ *		- a call that starts or ends a term takes it in ExclusiveLock,
+ *		- hoplock_fence takes it in ShareLock,
+ *
+ *		both conditionally (never waiting) and until the transaction ends.
+ *		So no term can begin or end while a fence of the current term is
+ *		open, and a fence cannot be taken while a term change is in flight.
+ *		Renewals do not take the term lock at all, so a leader renews while
+ *		its fenced transactions run.
+ *
+ *		Row versions are never locked.  Every write is a heap_update that
+ *		does not wait: if another transaction is changing the row right now
+ *		(a renewal, or a term change), the call reports contention at once.
+ *		Under READ COMMITTED the newest committed version is used; under
+ *		REPEATABLE READ and SERIALIZABLE a version committed after the
+ *		transaction's snapshot raises a serialization failure, as UPDATE
+ *		would.
+ *
+ *		Every write that starts, extends or ends a term forces a synchronous
+ *		commit: an acknowledged grant is never lost, so a generation is never
+ *		handed out twice.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "hoplock.h"
+#include "compat.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+/* locktag_field4 of term locks; SQL's advisory locks use 1 and 2 */
+#define HOPLOCK_LOCKTAG_CLASS	0x686c
+
+/*
+ * Generations carry the timeline in their high bits: a standby promoted
+ * after missing the last grants of the old primary starts at a higher
+ * timeline, so its generations are greater than any the old primary gave.
+ */
+#define GENERATION_TIMELINE_SHIFT	40
+
+/* What a request does to the lease */
+typedef enum LeaseAction
+{
+	ACTION_NONE,				/* precondition not met */
+	ACTION_HELD_ELSEWHERE,		/* another owner's term is running */
+	ACTION_EXTEND,				/* same term, new expires_at */
+	ACTION_NEW_TERM,
+	ACTION_END_TERM
+} LeaseAction;
+
+/* ---------------------------------------------------------------------
+ * Term locks
+ * ---------------------------------------------------------------------
+ */
+static void
+term_locktag(LOCKTAG *tag, text *name)
+{
+	uint64		hash;
+
+	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
+							   VARSIZE_ANY_EXHDR(name), 0);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32),
+						 (uint32) hash, HOPLOCK_LOCKTAG_CLASS);
+}
+
+static bool
+try_term_lock(text *name, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	term_locktag(&tag, name);
+	return LockAcquire(&tag, mode, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/* ---------------------------------------------------------------------
+ * Helpers
+ * ---------------------------------------------------------------------
+ */
+static bool
+text_equal(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+static bool
+handle_matches(const Lease *lease, text *handle)
+{
+	char		buf[LEASE_HANDLE_LEN];
+
+	lease_format_handle(lease, buf);
+	return VARSIZE_ANY_EXHDR(handle) == strlen(buf) &&
+		memcmp(VARDATA_ANY(handle), buf, VARSIZE_ANY_EXHDR(handle)) == 0;
+}
+
+/* The generation of a new term after "previous" (0 if there was none). */
+static int64
+next_generation(int64 previous)
+{
+	TimeLineID	tli = GetWALInsertionTimeLine();
+	int64		floor;
+
+	if ((uint64) (tli - 1) >= ((uint64) 1 << (63 - GENERATION_TIMELINE_SHIFT)))
+		floor = 1;				/* cannot happen in practice */
+	else
+		floor = ((int64) (tli - 1) << GENERATION_TIMELINE_SHIFT) + 1;
+
+	return Max(previous + 1, floor);
+}
+
+static TimestampTz
+add_ttl(TimestampTz now, int64 ttl)
+{
+	TimestampTz result;
+
+	if (pg_add_s64_overflow(now, ttl, &result) || !IS_VALID_TIMESTAMP(result))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("lease expiry is out of range")));
+	return result;
+}
+
+/*
+ * Only a member of the role that began a term may extend, end or fence it
+ * (superusers are members of every role).
+ */
+static void
+check_term_role(const Lease *lease)
+{
+	if (!has_privs_of_role(GetUserId(), lease->owner_role))
+	{
+		const char *role = GetUserNameFromId(lease->owner_role, true);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for lease \"%s\"",
+						text_to_cstring(lease->name)),
+				 role ?
+				 errdetail("Only members of role \"%s\", which began the current term, may change or fence it.",
+						   role) :
+				 errdetail("The role that began the current term no longer exists; only a superuser may change or fence it.")));
+	}
+}
+
+static void
+prevent_write(const char *fn)
+{
+	PreventCommandIfReadOnly(fn);
+	PreventCommandDuringRecovery(fn);
+}
+
+/*
+ * Look up the newest version of the lease for a write.
+ *
+ * Under REPEATABLE READ and SERIALIZABLE, first read it through the
+ * transaction snapshot (which also takes SSI predicate locks), and refuse to
+ * write over a version that snapshot cannot see.
+ */
+static void
+fetch_for_update(LeaseTable *table, text *name, LeaseVersion *version)
+{
+	SnapshotData dirty;
+
+	InitDirtySnapshot(dirty);
+
+	if (IsolationUsesXactSnapshot())
+	{
+		LeaseVersion seen;
+
+		/* the transaction snapshot, seeing this transaction's own writes */
+		PushCopiedSnapshot(GetTransactionSnapshot());
+		UpdateActiveSnapshotCommandId();
+		lease_fetch(table, name, GetActiveSnapshot(), &seen);
+		PopActiveSnapshot();
+
+		lease_fetch(table, name, &dirty, version);
+		if (version->found && !TransactionIdIsValid(version->inflight) &&
+			(!seen.found || !ItemPointerEquals(&seen.tid, &version->tid)))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update"),
+					 errdetail("Lease \"%s\" was changed by a transaction that committed after this one began.",
+							   text_to_cstring(name))));
+	}
+	else
+		lease_fetch(table, name, &dirty, version);
+}
+
+/* ---------------------------------------------------------------------
+ * The decision
+ * ---------------------------------------------------------------------
+ */
+static LeaseAction
+decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
+{
+	bool		held = lease_is_held(cur, now);
+	bool		mine = held && req->owner != NULL &&
+		text_equal(cur->owner, req->owner);
+	bool		term_ok = mine && (req->generation == 0 ||
+								   req->generation == cur->generation);
+
+	switch (req->op)
+	{
+		case LEASE_OP_ACQUIRE:
+			if (!held)
+				return ACTION_NEW_TERM;
+			return mine ? ACTION_EXTEND : ACTION_HELD_ELSEWHERE;
+
+		case LEASE_OP_RENEW:
+			return term_ok ? ACTION_EXTEND : ACTION_NONE;
+
+		case LEASE_OP_RELEASE:
+			return term_ok ? ACTION_END_TERM : ACTION_NONE;
+
+		case LEASE_OP_FORCE_RELEASE:
+			return held ? ACTION_END_TERM : ACTION_NONE;
+
+		case LEASE_OP_WRITE:
+			if (req->handle == NULL)
+				return lease_has_state(cur) ? ACTION_NONE : ACTION_NEW_TERM;
+			if (!lease_has_state(cur) || !handle_matches(cur, req->handle))
+				return ACTION_NONE;
+			return mine ? ACTION_EXTEND : ACTION_NEW_TERM;
+
+		case LEASE_OP_DELETE:
+			if (!lease_has_state(cur) || !handle_matches(cur, req->handle))
+				return ACTION_NONE;
+			return ACTION_END_TERM;
+	}
+	pg_unreachable();
+}
+
+/*
+ * Queue the event of a term that ends: a running term was "released" (by
+ * its holder, by force, or by hoplock_write over it); a lapsed one that
+ * nobody announced yet "expired"; one already announced says nothing more.
+ */
+static void
+announce_end(const Lease *cur, TimestampTz now)
+{
+	if (lease_is_held(cur, now))
+	{
+		Lease		ended = *cur;
+
+		ended.expires_at = now;
+		hoplock_event("released", &ended);
+	}
+	else if (cur->state == LEASE_STATE_HELD)
+		hoplock_event("expired", cur);
+}
+
+/*
+ * Compute the row that "action" writes over "cur" (NULL: no row yet).
+ */
+static void
+build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
+			  TimestampTz now, Lease *new)
+{
+	switch (action)
+	{
+		case ACTION_EXTEND:
+			*new = *cur;
+			new->renewed_at = now;
+			new->expires_at = add_ttl(now, req->ttl);
+			break;
+
+		case ACTION_NEW_TERM:
+			memset(new, 0, sizeof(Lease));
+			new->name = req->name;
+			new->owner = req->owner;
+			new->state = LEASE_STATE_HELD;
+			new->owner_role = GetUserId();
+			new->generation = next_generation(cur ? cur->generation : 0);
+			new->acquired_at = now;
+			new->renewed_at = now;
+			new->expires_at = add_ttl(now, req->ttl);
+			break;
+
+		case ACTION_END_TERM:
+			*new = *cur;
+			new->state = LEASE_STATE_RELEASED;
+			if (lease_is_held(cur, now))
+				new->expires_at = now;
+			new->session_pid = 0;
+			new->session_start = 0;
+			break;
+
+		default:
+			elog(ERROR, "lease action %d writes nothing", (int) action);
+	}
+}
+
+/*
+ * Privileges an action needs beyond EXECUTE on the function: extending or
+ * ending someone's running term needs membership in its role.
+ * force_release is the operator's override and needs none.
+ */
+static void
+check_action_privileges(const LeaseRequest *req, LeaseAction action,
+						const Lease *cur, TimestampTz now)
+{
+	if (req->op == LEASE_OP_FORCE_RELEASE)
+		return;
+	if (action == ACTION_EXTEND || lease_is_held(cur, now))
+		check_term_role(cur);
+}
+
+/*
+ * The compare-and-swap.  On LEASE_DONE, *result is the lease as written.
+ */
+LeaseOutcome
+lease_cas(const LeaseRequest *req, Lease *result)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	LeaseTable	table;
+	bool		term_locked = false;
+	LeaseOutcome outcome;
+
+	prevent_write(req->fn);
+	lease_table_open(&table, RowExclusiveLock);
+
+	for (;;)
+	{
+		LeaseVersion cur;
+		Lease	   *curp;
+		LeaseAction action;
+		TM_Result	tm;
+
+		fetch_for_update(&table, req->name, &cur);
+		if (TransactionIdIsValid(cur.inflight))
+		{
+			outcome = LEASE_CONTENDED;
+			break;
+		}
+		curp = cur.found ? &cur.lease : NULL;
+
+		action = decide(req, curp, now);
+		if (action == ACTION_NONE)
+		{
+			outcome = LEASE_REFUSED;
+			break;
+		}
+		if (action == ACTION_HELD_ELSEWHERE)
+		{
+			outcome = LEASE_CONTENDED;
+			break;
+		}
+
+		/*
+		 * A term change needs the term lock.  With it held, no fence is open
+		 * and no other term change is in flight; look again, since the lease
+		 * may have changed before we got it.
+		 */
+		if (action != ACTION_EXTEND && !term_locked)
+		{
+			if (!try_term_lock(req->name, ExclusiveLock))
+			{
+				outcome = LEASE_CONTENDED;
+				break;
+			}
+			term_locked = true;
+			continue;
+		}
+
+		check_action_privileges(req, action, curp, now);
+		build_new_row(req, action, curp, now, result);
+
+		if (curp == NULL)
+		{
+			lease_insert(&table, result);
+			tm = TM_Ok;
+		}
+		else
+			tm = lease_update(&table, &cur.tid, result);
+
+		if (tm == TM_Ok)
+		{
+			if (action == ACTION_EXTEND)
+			{
+				if (hoplock_notify_renewals)
+					hoplock_event("renewed", result);
+			}
+			else
+			{
+				/* the term that ends, if any, says how it ended */
+				if (curp != NULL)
+					announce_end(curp, now);
+				if (action == ACTION_NEW_TERM)
+					hoplock_event("acquired", result);
+			}
+			ForceSyncCommit();
+			outcome = LEASE_DONE;
+			break;
+		}
+		if (tm == TM_BeingModified)
+		{
+			outcome = LEASE_CONTENDED;
+			break;
+		}
+		if (tm == TM_Updated || tm == TM_Deleted)
+		{
+			/* a newer version committed after we looked */
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			continue;
+		}
+		elog(ERROR, "unexpected result %d updating lease \"%s\"",
+			 (int) tm, text_to_cstring(req->name));
+	}
+
+	lease_table_close(&table);
+	return outcome;
+}
+
+/*
+ * hoplock_fence: succeed only if term "generation" holds the lease now, and
+ * keep any term change out until this transaction ends.
+ */
+void
+lease_fence(text *name, int64 generation)
+{
+	LeaseTable	table;
+	LeaseVersion cur;
+	SnapshotData dirty;
+	TimestampTz now;
+	char	   *lease_name = text_to_cstring(name);
+
+	/* a fence on a standby could not keep the primary from changing terms */
+	PreventCommandDuringRecovery("hoplock_fence()");
+
+	if (!try_term_lock(name, ShareLock))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not fence lease \"%s\"", lease_name),
+				 errdetail("Another transaction is starting or ending a term of the lease.")));
+
+	/*
+	 * With the term lock held, the newest committed version has the current
+	 * term, whatever our snapshot: a transaction in flight on the row can
+	 * only be a renewal of it.
+	 */
+	InitDirtySnapshot(dirty);
+	lease_table_open(&table, AccessShareLock);
+	lease_fetch(&table, name, &dirty, &cur);
+	lease_table_close(&table);
+	now = GetCurrentTimestamp();
+
+	if (!cur.found)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease \"%s\" is not held by generation " INT64_FORMAT,
+						lease_name, generation),
+				 errdetail("The lease has never been acquired.")));
+	if (cur.lease.generation != generation)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease \"%s\" is at generation " INT64_FORMAT ", not " INT64_FORMAT,
+						lease_name, cur.lease.generation, generation)));
+	if (!lease_is_held(&cur.lease, now))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease \"%s\" is no longer held by generation " INT64_FORMAT,
+						lease_name, generation),
+				 cur.lease.state == LEASE_STATE_RELEASED ?
+				 errdetail("The term was released.") :
+				 errdetail("The term expired at %s.",
+						   timestamptz_to_str(cur.lease.expires_at))));
+
+	check_term_role(&cur.lease);
+}
+
+/*
+ * Read the lease as the active snapshot sees it (hoplock_holder,
+ * hoplock_read).  Works on a hot standby.
+ */
+bool
+lease_lookup(text *name, Lease *lease)
+{
+	LeaseTable	table;
+	LeaseVersion version;
+	Snapshot	snapshot;
+
+	snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
+	lease_table_open(&table, AccessShareLock);
+	lease_fetch(&table, name, snapshot, &version);
+	lease_table_close(&table);
+
+	if (version.found)
+		*lease = version.lease;
+	return version.found;
+}

@@ -1,0 +1,383 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.c
+ *		The lease table, hoplock_internal.lease, read and written directly
+ *		through the heap and index access methods, the way PostgreSQL's own
+ *		catalog and replication code does it: no SQL, no planner, no
+ *		executor on the hot path.
+ *
+ *		The relation OIDs and the result row type are looked up once per
+ *		backend and cached; a relcache invalidation of any of them (DROP or
+ *		ALTER EXTENSION) clears the cache.
+ *
+ *		Locking: callers open the table with RowExclusiveLock to write and
+ *		AccessShareLock to read, and keep the lock until the transaction
+ *		ends.  Rows are never locked: a writer updates without waiting
+ *		(heap_update with wait = false) and reports a row that another
+ *		transaction is changing as TM_BeingModified.  Inserting a new name
+ *		is serialized by the term lock (see lease.c), so the unique index
+ *		check never finds another inserter in flight and never waits.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "hoplock.h"
+#include "compat.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_type.h"
+#include "executor/tuptable.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+/* Columns of hoplock_internal.lease, in the install script's order */
+enum
+{
+	Anum_lease_name = 1,
+	Anum_lease_state,
+	Anum_lease_owner,
+	Anum_lease_owner_role,
+	Anum_lease_generation,
+	Anum_lease_acquired_at,
+	Anum_lease_renewed_at,
+	Anum_lease_expires_at,
+	Anum_lease_session_pid,
+	Anum_lease_session_start,
+	Natts_lease = Anum_lease_session_start
+};
+
+static const Oid lease_column_types[Natts_lease] = {
+	TEXTOID, CHAROID, TEXTOID, REGROLEOID, INT8OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID
+};
+
+#define HOPLOCK_SCHEMA		"hoplock_internal"
+#define HOPLOCK_TABLE		"lease"
+#define HOPLOCK_INDEX		"lease_pkey"
+
+/* Per-backend cache of what never changes while the extension exists */
+static struct
+{
+	bool		valid;
+	Oid			table;
+	Oid			index;
+	Oid			result_typrelid;
+	TupleDesc	result_desc;	/* in CacheMemoryContext */
+	TupleDesc	stale_desc;		/* invalidated, freed at the next lookup */
+}			cache;
+
+static bool callback_registered = false;
+
+static void
+invalidate_cache(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == cache.table || relid == cache.index ||
+		relid == cache.result_typrelid)
+	{
+		cache.valid = false;
+		cache.table = InvalidOid;
+		cache.index = InvalidOid;
+		cache.result_typrelid = InvalidOid;
+		/* the call that is running may still be using result_desc */
+		if (cache.result_desc != NULL && cache.stale_desc == NULL)
+			cache.stale_desc = cache.result_desc;
+		cache.result_desc = NULL;
+	}
+}
+
+static void
+fill_cache(void)
+{
+	Oid			nsp;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(invalidate_cache, (Datum) 0);
+		callback_registered = true;
+	}
+
+	nsp = get_namespace_oid(HOPLOCK_SCHEMA, true);
+	if (OidIsValid(nsp))
+	{
+		cache.table = get_relname_relid(HOPLOCK_TABLE, nsp);
+		cache.index = get_relname_relid(HOPLOCK_INDEX, nsp);
+	}
+	if (!OidIsValid(nsp) || !OidIsValid(cache.table) ||
+		!OidIsValid(cache.index))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"hoplock\" is not installed in this database"),
+				 errhint("Run CREATE EXTENSION hoplock.")));
+	cache.valid = true;
+}
+
+/* The table must be the one the install script made, or nothing is safe. */
+static void
+check_table_shape(Relation heap)
+{
+	TupleDesc	desc = RelationGetDescr(heap);
+
+	if (heap->rd_rel->relam != HEAP_TABLE_AM_OID || desc->natts != Natts_lease)
+		elog(ERROR, "table %s.%s does not have the layout hoplock expects",
+			 HOPLOCK_SCHEMA, HOPLOCK_TABLE);
+	for (int i = 0; i < Natts_lease; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || att->atttypid != lease_column_types[i])
+			elog(ERROR, "table %s.%s does not have the layout hoplock expects",
+				 HOPLOCK_SCHEMA, HOPLOCK_TABLE);
+	}
+}
+
+void
+lease_table_open(LeaseTable *table, LOCKMODE lockmode)
+{
+	if (!cache.valid)
+		fill_cache();
+
+	table->lockmode = lockmode;
+	table->heap = table_open(cache.table, lockmode);
+	table->index = index_open(cache.index, lockmode);
+
+	/* cheap enough to do every time, and it catches a damaged install */
+	check_table_shape(table->heap);
+}
+
+/* Relations are closed, their locks kept until the transaction ends. */
+void
+lease_table_close(LeaseTable *table)
+{
+	index_close(table->index, NoLock);
+	table_close(table->heap, NoLock);
+}
+
+/*
+ * The full transaction ID of a row version's xmin.  A version that still
+ * exists was written less than 2^31 transactions before the next one to be
+ * assigned (or else is so old that no handle taken from it can still be
+ * compared), so its epoch is the one that puts it just before nextXid.
+ */
+static FullTransactionId
+full_xid_of(TransactionId xid)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+	uint64		next64 = U64FromFullTransactionId(next);
+	uint32		behind = XidFromFullTransactionId(next) - xid;
+
+	if (!TransactionIdIsNormal(xid) || behind > next64)
+		return FullTransactionIdFromEpochAndXid(0, xid);
+	return FullTransactionIdFromU64(next64 - behind);
+}
+
+static text *
+copy_text_datum(Datum datum)
+{
+	return (text *) PG_DETOAST_DATUM_COPY(datum);
+}
+
+/*
+ * Find the version of the lease named "name" that "snapshot" sees.
+ *
+ * With a dirty snapshot that is the newest committed version, or one that
+ * another transaction is inserting; version->inflight then names the
+ * transaction that is inserting or updating it right now, if any.
+ */
+void
+lease_fetch(LeaseTable *table, text *name, Snapshot snapshot,
+			LeaseVersion *version)
+{
+	ScanKeyData key;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+
+	ScanKeyInit(&key, Anum_lease_name, BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(name));
+
+	slot = table_slot_create(table->heap, NULL);
+	scan = hoplock_index_beginscan(table->heap, table->index, snapshot, 1);
+	index_rescan(scan, &key, 1, NULL, 0);
+
+	version->found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	version->inflight = InvalidTransactionId;
+	if (version->found)
+	{
+		Lease	   *lease = &version->lease;
+		HeapTuple	tuple;
+		bool		should_free;
+
+		if (snapshot->snapshot_type == SNAPSHOT_DIRTY)
+			version->inflight = TransactionIdIsValid(snapshot->xmin) ?
+				snapshot->xmin : snapshot->xmax;
+
+		slot_getallattrs(slot);
+		version->tid = slot->tts_tid;
+
+		lease->name = copy_text_datum(slot->tts_values[Anum_lease_name - 1]);
+		lease->state = DatumGetChar(slot->tts_values[Anum_lease_state - 1]);
+		lease->owner = copy_text_datum(slot->tts_values[Anum_lease_owner - 1]);
+		lease->owner_role = DatumGetObjectId(slot->tts_values[Anum_lease_owner_role - 1]);
+		lease->generation = DatumGetInt64(slot->tts_values[Anum_lease_generation - 1]);
+		lease->acquired_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_acquired_at - 1]);
+		lease->renewed_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_renewed_at - 1]);
+		lease->expires_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_expires_at - 1]);
+		if (slot->tts_isnull[Anum_lease_session_pid - 1])
+		{
+			lease->session_pid = 0;
+			lease->session_start = 0;
+		}
+		else
+		{
+			lease->session_pid = DatumGetInt32(slot->tts_values[Anum_lease_session_pid - 1]);
+			lease->session_start = DatumGetTimestampTz(slot->tts_values[Anum_lease_session_start - 1]);
+		}
+
+		tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+		lease->xmin = full_xid_of(HeapTupleHeaderGetRawXmin(tuple->t_data));
+		if (should_free)
+			heap_freetuple(tuple);
+	}
+
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+}
+
+static HeapTuple
+lease_form_tuple(LeaseTable *table, const Lease *lease)
+{
+	Datum		values[Natts_lease];
+	bool		nulls[Natts_lease];
+
+	memset(nulls, false, sizeof(nulls));
+	values[Anum_lease_name - 1] = PointerGetDatum(lease->name);
+	values[Anum_lease_state - 1] = CharGetDatum(lease->state);
+	values[Anum_lease_owner - 1] = PointerGetDatum(lease->owner);
+	values[Anum_lease_owner_role - 1] = ObjectIdGetDatum(lease->owner_role);
+	values[Anum_lease_generation - 1] = Int64GetDatum(lease->generation);
+	values[Anum_lease_acquired_at - 1] = TimestampTzGetDatum(lease->acquired_at);
+	values[Anum_lease_renewed_at - 1] = TimestampTzGetDatum(lease->renewed_at);
+	values[Anum_lease_expires_at - 1] = TimestampTzGetDatum(lease->expires_at);
+	values[Anum_lease_session_pid - 1] = Int32GetDatum(lease->session_pid);
+	values[Anum_lease_session_start - 1] = TimestampTzGetDatum(lease->session_start);
+	if (lease->session_pid == 0)
+	{
+		nulls[Anum_lease_session_pid - 1] = true;
+		nulls[Anum_lease_session_start - 1] = true;
+	}
+
+	return heap_form_tuple(RelationGetDescr(table->heap), values, nulls);
+}
+
+static void
+insert_index_entry(LeaseTable *table, HeapTuple tuple, const Lease *lease,
+				   bool unchanged)
+{
+	Datum		values[1];
+	bool		isnull[1] = {false};
+	IndexInfo  *info = BuildIndexInfo(table->index);
+
+	values[0] = PointerGetDatum(lease->name);
+	hoplock_index_insert(table->index, values, isnull, &tuple->t_self,
+						 table->heap, UNIQUE_CHECK_YES, unchanged, info);
+}
+
+/*
+ * Insert a name's first row.  The caller holds the name's term lock, so no
+ * other transaction can be inserting the same name.
+ */
+void
+lease_insert(LeaseTable *table, Lease *lease)
+{
+	HeapTuple	tuple = lease_form_tuple(table, lease);
+
+	heap_insert(table->heap, tuple, GetCurrentCommandId(true), 0, NULL);
+	insert_index_entry(table, tuple, lease, false);
+	lease->xmin = GetCurrentFullTransactionId();
+	CommandCounterIncrement();
+}
+
+/*
+ * Replace the version at "otid" without waiting.  Returns TM_Ok, or what
+ * stood in the way: TM_BeingModified when another transaction is changing
+ * the row right now, TM_Updated when one committed a newer version since the
+ * caller looked.
+ */
+TM_Result
+lease_update(LeaseTable *table, ItemPointer otid, Lease *lease)
+{
+	HeapTuple	tuple = lease_form_tuple(table, lease);
+	TM_FailureData tmfd;
+	bool		index_update;
+	TM_Result	result;
+
+	result = hoplock_heap_update(table->heap, otid, tuple,
+								 GetCurrentCommandId(true), &tmfd,
+								 &index_update);
+	if (result == TM_Ok)
+	{
+		if (index_update)
+			insert_index_entry(table, tuple, lease, true);
+		lease->xmin = GetCurrentFullTransactionId();
+		CommandCounterIncrement();
+	}
+	return result;
+}
+
+/*
+ * The handle: the generation and the epoch-qualified xmin of the row
+ * version.  Every committed change of a lease makes a new row version with
+ * a new xmin, so two committed states never share a handle.
+ */
+void
+lease_format_handle(const Lease *lease, char *buf)
+{
+	snprintf(buf, LEASE_HANDLE_LEN, INT64_FORMAT ":" UINT64_FORMAT,
+			 lease->generation, U64FromFullTransactionId(lease->xmin));
+}
+
+/*
+ * The row type hoplock_lease, looked up from the calling function's result
+ * type on first use.
+ */
+TupleDesc
+lease_result_desc(FunctionCallInfo fcinfo)
+{
+	if (cache.result_desc == NULL)
+	{
+		Oid			typid;
+		TupleDesc	desc;
+		MemoryContext old;
+
+		if (get_call_result_type(fcinfo, &typid, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+
+		if (cache.stale_desc != NULL)
+		{
+			FreeTupleDesc(cache.stale_desc);
+			cache.stale_desc = NULL;
+		}
+
+		old = MemoryContextSwitchTo(CacheMemoryContext);
+		desc = CreateTupleDescCopy(desc);
+		MemoryContextSwitchTo(old);
+
+		cache.result_typrelid = get_typ_typrelid(typid);
+		cache.result_desc = desc;
+	}
+	return cache.result_desc;
+}
