@@ -1,0 +1,124 @@
+-- events: the NOTIFY payloads a listener receives, sent only at commit.
+-- A second connection, opened with dblink, is the listener.
+
+CREATE EXTENSION dblink;
+SELECT dblink_connect('listener',
+           format('dbname=%s port=%s host=%s', current_database(),
+                  current_setting('port'),
+                  split_part(current_setting('unix_socket_directories'), ',', 1)));
+SELECT dblink_exec('listener', 'LISTEN hoplock');
+
+-- A second connection sends a "sync" notification after everything the
+-- caller committed; once the listener has it, it has all events before it
+-- (notifications are delivered in commit order).
+SELECT dblink_connect('sender',
+           format('dbname=%s port=%s host=%s', current_database(),
+                  current_setting('port'),
+                  split_part(current_setting('unix_socket_directories'), ',', 1)));
+
+CREATE FUNCTION received_payloads() RETURNS TABLE (channel text, payload json)
+LANGUAGE plpgsql AS $$
+DECLARE
+    n record;
+    synced boolean := false;
+BEGIN
+    PERFORM dblink_exec('sender', $q$NOTIFY hoplock, 'sync'$q$);
+    FOR i IN 1..1000 LOOP
+        FOR n IN SELECT * FROM dblink_get_notify('listener') LOOP
+            IF n.extra = 'sync' THEN
+                synced := true;
+            ELSE
+                channel := n.notify_name;
+                payload := n.extra::json;
+                RETURN NEXT;
+            END IF;
+        END LOOP;
+        EXIT WHEN synced;
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+    IF NOT synced THEN
+        RAISE EXCEPTION 'the listener did not catch up';
+    END IF;
+END $$;
+
+-- What the listener got since last time, one line per event.  The payload
+-- must parse as JSON with exactly the contract's keys.
+CREATE FUNCTION received() RETURNS TABLE (channel text, event text, name text,
+                                          owner text, generation bigint,
+                                          keys text)
+LANGUAGE sql AS $$
+    SELECT r.channel,
+           r.payload->>'event', r.payload->>'name', r.payload->>'owner',
+           (r.payload->>'generation')::bigint,
+           (SELECT string_agg(k, ',' ORDER BY k) FROM json_object_keys(r.payload) AS k)
+      FROM received_payloads() AS r
+$$;
+
+-- acquired, at commit.
+SELECT show(hoplock_acquire('ev', 'a', '1 h'));
+SELECT * FROM received();
+
+-- The payload's expires_at is the lease's, in UTC.
+SELECT (hoplock_renew('ev', 'a', '1 h')).expires_at AS exp \gset
+SET hoplock.notify_renewals = on;
+SELECT (hoplock_renew('ev', 'a', '1 h')).expires_at AS exp \gset
+RESET hoplock.notify_renewals;
+SELECT payload->>'event' AS event,
+       (payload->>'expires_at')::timestamptz = :'exp' AS same_expires_at,
+       payload->>'expires_at' LIKE '%+00:00' AS utc
+  FROM received_payloads();
+
+-- renewed only with hoplock.notify_renewals, which any session may set.
+SELECT show(hoplock_renew('ev', 'a', '1 h'));
+SELECT * FROM received();
+
+-- released.
+SELECT hoplock_release('ev', 'a');
+SELECT * FROM received();
+
+-- Nothing when the transaction rolls back.
+BEGIN;
+SELECT show(hoplock_acquire('ev', 'b', '1 h'));
+SELECT * FROM received();
+ROLLBACK;
+SELECT * FROM received();
+
+-- Nothing from a subtransaction that rolls back; the rest is sent.
+BEGIN;
+SELECT show(hoplock_acquire('ev', 'b', '1 h'));
+SAVEPOINT s;
+SELECT hoplock_release('ev', 'b');
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT * FROM received();
+
+-- Taking over a lapsed term that nobody announced yet sends "expired" first.
+SELECT hoplock_force_release('ev');
+SELECT show(hoplock_acquire('ev', 'c', '50 ms'));
+SELECT pg_sleep(0.1);
+SELECT show(hoplock_acquire('ev', 'd', '1 h'));
+SELECT * FROM received();
+
+-- hoplock_write over a running term: the old term is "released".
+SELECT show(hoplock_write('ev', (SELECT handle FROM hoplock_read('ev')), 'e', '50 ms'));
+SELECT * FROM received();
+
+-- hoplock_delete of a lapsed term: "expired", no "released".
+SELECT pg_sleep(0.1);
+SELECT hoplock_delete('ev', (SELECT handle FROM hoplock_read('ev')));
+SELECT * FROM received();
+
+-- Names and owners with quotes, backslashes and non-ASCII text come out as
+-- valid JSON, unchanged.
+SELECT show(hoplock_acquire(E'ev "q" \\ \u00e9\u4e2d', E'o\'w"n\\er', '1 h'));
+SELECT name = E'ev "q" \\ \u00e9\u4e2d' AS name_ok, owner = E'o\'w"n\\er' AS owner_ok
+  FROM received();
+
+-- The channel is hoplock.channel.
+SET hoplock.channel = 'elsewhere';
+SELECT dblink_exec('listener', 'LISTEN elsewhere');
+SELECT hoplock_force_release(E'ev "q" \\ \u00e9\u4e2d');
+SELECT * FROM received();
+RESET hoplock.channel;
+
+SELECT dblink_disconnect('listener'), dblink_disconnect('sender');

@@ -1,0 +1,72 @@
+-- fence: succeeds only for the running term; raises 55P03 otherwise.
+-- (What a fence keeps other sessions from doing is in specs/fence_takeover.)
+
+SELECT show(hoplock_acquire('fen', 'a', '1 h'));
+
+-- The current generation: no error, nothing returned.
+BEGIN;
+SELECT hoplock_fence('fen', 1);
+-- a second fence of the same term in the same transaction is fine too
+SELECT hoplock_fence('fen', 1);
+COMMIT;
+
+-- A stale or future generation: 55P03, naming the lease and both generations.
+SELECT hoplock_fence('fen', 2);
+\echo :LAST_ERROR_SQLSTATE
+
+SELECT hoplock_release('fen', 'a');
+SELECT show(hoplock_acquire('fen', 'b', '1 h'));
+SELECT hoplock_fence('fen', 1);
+\echo :LAST_ERROR_SQLSTATE
+
+-- A released term.
+SELECT hoplock_release('fen', 'b');
+SELECT hoplock_fence('fen', 2);
+\echo :LAST_ERROR_SQLSTATE
+
+-- An expired term.
+SELECT show(hoplock_acquire('fen', 'a', '50 ms'));
+SELECT pg_sleep(0.1);
+-- (terse: the detail names the instant it expired)
+\set VERBOSITY terse
+SELECT hoplock_fence('fen', 3);
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+
+-- A lease that was never acquired.
+SELECT hoplock_fence('fen-never', 1);
+\echo :LAST_ERROR_SQLSTATE
+
+-- The point of a fence: a stale leader's write aborts with its transaction.
+CREATE TABLE fenced_work (id int, by_generation bigint);
+SELECT show(hoplock_acquire('fen-job', 'leader-1', '1 h'));
+BEGIN;
+SELECT hoplock_fence('fen-job', 1);
+INSERT INTO fenced_work VALUES (1, 1);
+COMMIT;
+SELECT hoplock_force_release('fen-job');
+SELECT show(hoplock_acquire('fen-job', 'leader-2', '1 h'));
+BEGIN;
+SELECT hoplock_fence('fen-job', 1);
+INSERT INTO fenced_work VALUES (2, 1);
+COMMIT;
+SELECT * FROM fenced_work ORDER BY id;
+
+-- A fence in the same transaction as its own term change is not blocked.
+BEGIN;
+SELECT show(hoplock_acquire('fen-own', 'a', '1 h'));
+SELECT hoplock_fence('fen-own', 1);
+SELECT hoplock_release('fen-own', 'a');
+COMMIT;
+SELECT show(hoplock_read('fen-own'));
+
+-- A fence takes no row lock: it shows in pg_locks as an advisory lock of
+-- its own class (objsubid 26732), shared, until the transaction ends.
+SELECT show(hoplock_acquire('fen-locks', 'a', '1 h'));
+BEGIN;
+SELECT hoplock_fence('fen-locks', 1);
+SELECT locktype, mode, objsubid, granted
+  FROM pg_locks
+ WHERE pid = pg_backend_pid() AND locktype = 'advisory';
+COMMIT;
+SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory';

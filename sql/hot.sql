@@ -1,0 +1,28 @@
+-- Renewals are HOT updates, and a table renewed many times stays small.
+
+SELECT show(hoplock_acquire('hot', 'a', '1 h'));
+
+SELECT pg_stat_force_next_flush();
+SELECT n_tup_upd AS upd0, n_tup_hot_upd AS hot0
+  FROM pg_stat_user_tables
+ WHERE relid = 'hoplock_internal.lease'::regclass \gset
+
+-- 3000 renewals, each its own transaction, so pruning can reclaim space.
+CREATE PROCEDURE renew_many(n int) LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1..n LOOP
+        PERFORM hoplock_renew('hot', 'a', '1 h');
+        COMMIT;
+    END LOOP;
+END $$;
+CALL renew_many(3000);
+
+SELECT pg_stat_force_next_flush();
+SELECT n_tup_upd - :upd0 AS updates, n_tup_hot_upd - :hot0 AS hot_updates
+  FROM pg_stat_user_tables
+ WHERE relid = 'hoplock_internal.lease'::regclass;
+
+-- Every renewal was HOT, so the index did not grow, and pruning kept the
+-- heap to a few pages.
+SELECT pg_relation_size('hoplock_internal.lease_pkey') <= 2 * current_setting('block_size')::int AS index_small,
+       pg_relation_size('hoplock_internal.lease') <= 8 * current_setting('block_size')::int AS heap_small;

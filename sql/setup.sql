@@ -1,0 +1,39 @@
+-- setup: install hoplock and the helpers the other regression tests use.
+CREATE EXTENSION hoplock;
+
+SELECT extversion FROM pg_extension WHERE extname = 'hoplock';
+
+-- A lease result in one deterministic line: name/owner/generation, or NULL.
+CREATE FUNCTION show(l hoplock_lease) RETURNS text
+LANGUAGE sql AS $$
+    SELECT CASE WHEN l IS NULL THEN 'NULL'
+                ELSE format('%s/%s/g%s', l.name, l.owner, l.generation)
+           END
+$$;
+
+-- The whole lease table, to show that a failed call changed nothing.
+CREATE FUNCTION lease_table_digest() RETURNS text
+LANGUAGE sql AS $$
+    SELECT coalesce(md5(string_agg(l::text, ',' ORDER BY l.name)), 'empty')
+      FROM hoplock_internal.lease AS l
+$$;
+
+-- What the extension created, and that nothing in it is SECURITY DEFINER.
+SELECT pg_describe_object(classid, objid, objsubid) AS object
+  FROM pg_depend
+ WHERE refclassid = 'pg_extension'::regclass
+   AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'hoplock')
+   AND deptype = 'e'
+ ORDER BY 1;
+
+SELECT count(*) AS security_definer_functions
+  FROM pg_proc
+ WHERE prosecdef
+   AND oid IN (SELECT objid FROM pg_depend
+                WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'hoplock'));
+
+-- No function is STRICT: NULL arguments raise instead of returning NULL.
+SELECT proname, proisstrict, provolatile, proparallel
+  FROM pg_proc
+ WHERE proname LIKE 'hoplock\_%'
+ ORDER BY proname, pronargs;
