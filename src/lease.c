@@ -96,6 +96,21 @@ try_term_lock(text *name, LOCKMODE mode)
 	return LockAcquire(&tag, mode, false, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
+/*
+ * Give back one try_term_lock() of a call that ended up changing nothing, so
+ * that a failed attempt does not keep fences out for the rest of its
+ * transaction.  The lock manager counts acquisitions: a lock this
+ * transaction took earlier for a change it did make stays held.
+ */
+static void
+release_term_lock(text *name, LOCKMODE mode)
+{
+	LOCKTAG		tag;
+
+	term_locktag(&tag, name);
+	LockRelease(&tag, mode, false);
+}
+
 /* ---------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------
@@ -434,6 +449,8 @@ lease_cas(const LeaseRequest *req, Lease *result)
 			 (int) tm, text_to_cstring(req->name));
 	}
 
+	if (term_locked && outcome != LEASE_DONE)
+		release_term_lock(req->name, ExclusiveLock);
 	lease_table_close(&table);
 	return outcome;
 }
