@@ -11,7 +11,7 @@ OBJS = \
 	src/store.o
 
 EXTENSION = hoplock
-DATA = sql/hoplock--1.0.sql
+DATA = sql/hoplock--1.0.0.sql
 PGFILEDESC = "hoplock - lease-based leader election"
 
 # Regression tests: one file per topic, run on a scratch server that

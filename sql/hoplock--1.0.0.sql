@@ -1,4 +1,4 @@
-/* hoplock--1.0.sql: install script for hoplock 1.0 */
+/* hoplock--1.0.0.sql: install script for hoplock 1.0.0 */
 
 \echo Use "CREATE EXTENSION hoplock" to load this file. \quit
 

@@ -1,0 +1,77 @@
+# The README's leader loop (examples/leader.sh), run for real: two
+# instances, one leads; it is stalled with SIGSTOP past its ttl, the other
+# takes over with a higher generation, and when the stalled one wakes its
+# fenced writes are refused.  In the work log no write of an older
+# generation follows one of a newer generation.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use Time::HiRes qw(usleep);
+
+my $node = PostgreSQL::Test::Cluster->new('main');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'hoplock'");
+$node->start;
+$node->safe_psql(
+	'postgres', q{
+	CREATE EXTENSION hoplock;
+	CREATE TABLE work_log (id bigserial PRIMARY KEY, lease text, owner text,
+	                       generation bigint, at timestamptz DEFAULT clock_timestamp());
+});
+
+local $ENV{PGHOST} = $node->host;
+local $ENV{PGPORT} = $node->port;
+local $ENV{PGDATABASE} = 'postgres';
+local $ENV{LEADER_TTL} = 3;
+
+my ($out_a, $err_a, $out_b, $err_b) = ('', '', '', '');
+my $a = IPC::Run::start([ 'sh', 'examples/leader.sh', 'job' ], '>', \$out_a, '2>', \$err_a);
+$node->poll_query_until('postgres', q{SELECT count(*) > 0 FROM work_log})
+  or die 'the first instance never led';
+my $b = IPC::Run::start([ 'sh', 'examples/leader.sh', 'job' ], '>', \$out_b, '2>', \$err_b);
+
+# Let the first lead for a while; the second stays a follower.
+sleep 4;
+is($node->safe_psql('postgres', q{SELECT count(DISTINCT owner) || '/' || max(generation) FROM work_log}),
+	'1/1', 'one leader, generation 1, while it keeps renewing');
+
+# Stall the leader; the follower takes over once the term lapses.
+my $leader_pid = $a->{KIDS}[0]{PID};
+kill 'STOP', $leader_pid;
+$node->poll_query_until('postgres', q{SELECT max(generation) = 2 FROM work_log})
+  or die 'the follower never took over';
+pass('the follower took over with generation 2 after the leader stalled');
+
+# Wake the stalled leader.  Depending on where it stalled, its next renewal
+# returns NULL or its next fenced write raises 55P03; either way it steps
+# down and writes nothing more.
+kill 'CONT', $leader_pid;
+sleep 3;
+is($err_a =~ s/^ERROR:  lease "job" is at generation 2, not 1\n//mr, '',
+	'the woken leader saw no error but the fence\'s');
+like($node->safe_psql('postgres', q{SELECT owner || '/' || generation FROM hoplock_holder('job')}),
+	qr{/2$}, 'the new leader still holds generation 2');
+is( $node->safe_psql(
+		'postgres', q{
+		SELECT count(*) FROM work_log AS old, work_log AS new
+		 WHERE old.generation < new.generation AND old.id > new.id}),
+	'0',
+	'no write of an older generation after one of a newer generation');
+is( $node->safe_psql(
+		'postgres', q{SELECT count(DISTINCT owner) FROM work_log GROUP BY generation HAVING count(DISTINCT owner) > 1}),
+	'',
+	'every generation wrote from one owner only');
+
+# Shutdown releases.
+$b->signal('TERM');
+$a->signal('TERM');
+$a->finish;
+$b->finish;
+is($node->safe_psql('postgres', q{SELECT count(*) FROM hoplock_leases WHERE NOT expired}),
+	'0', 'the leader released on SIGTERM');
+
+$node->stop;
+done_testing();
