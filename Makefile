@@ -30,7 +30,8 @@ REGRESS = \
 	events \
 	durability \
 	guc \
-	hot
+	hot \
+	reinstall
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
 
 ISOLATION = \
@@ -40,7 +41,8 @@ ISOLATION = \
 	fence_takeover \
 	write_stale_handle \
 	notify_payloads \
-	isolation_levels
+	isolation_levels \
+	table_lock
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 
 TAP_TESTS = 1
@@ -50,6 +52,10 @@ EXTRA_CLEAN = tmp_check tmp_check_iso output_iso
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Every object depends on the shared headers (PGXS tracks no header
+# dependencies unless the server was configured with --enable-depend).
+$(OBJS): src/hoplock.h src/compat.h
 
 # The suites one by one, so that scripts/test can run them all and count.
 .PHONY: check-regress check-isolation check-tap test demo

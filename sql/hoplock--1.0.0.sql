@@ -17,7 +17,7 @@ CREATE TABLE hoplock_internal.lease (
     name          text COLLATE "C" NOT NULL,
     state         "char" NOT NULL,
     owner         text COLLATE "C" NOT NULL,
-    owner_role    regrole NOT NULL,
+    owner_role    name NOT NULL,
     generation    bigint NOT NULL,
     acquired_at   timestamptz NOT NULL,
     renewed_at    timestamptz NOT NULL,

@@ -108,8 +108,8 @@ hoplock_arg_ttl(FunctionCallInfo fcinfo, int argno)
 	if (usecs > (int64) hoplock_max_ttl * USECS_PER_SEC)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must not exceed hoplock.max_ttl"),
-				 errdetail("The ttl is %s; hoplock.max_ttl is %d seconds.",
+				 errmsg("ttl must not exceed \"hoplock.max_ttl\""),
+				 errdetail("The ttl is %s; \"hoplock.max_ttl\" is %d seconds.",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   IntervalPGetDatum(ttl))),
 						   hoplock_max_ttl)));

@@ -15,6 +15,7 @@
 #include "access/transam.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "storage/buf.h"
 #include "storage/itemptr.h"
 #include "storage/lockdefs.h"
 #include "utils/relcache.h"
@@ -39,7 +40,7 @@ typedef struct Lease
 	text	   *name;
 	text	   *owner;
 	char		state;
-	Oid			owner_role;
+	NameData	owner_role;		/* the role that began the term */
 	int64		generation;
 	TimestampTz acquired_at;
 	TimestampTz renewed_at;
@@ -119,15 +120,18 @@ typedef struct LeaseVersion
 {
 	bool		found;
 	ItemPointerData tid;
+	Buffer		buffer;			/* pinned until lease_version_release() */
 	TransactionId inflight;		/* another transaction is inserting or
 								 * updating this version right now */
 	Lease		lease;
 } LeaseVersion;
 
-extern void lease_table_open(LeaseTable *table, LOCKMODE lockmode);
-extern void lease_table_close(LeaseTable *table);
+extern bool lease_table_open(LeaseTable *table, LOCKMODE lockmode,
+							 bool nowait);
+extern void lease_table_close(LeaseTable *table, bool keep_locks);
 extern void lease_fetch(LeaseTable *table, text *name, Snapshot snapshot,
 						LeaseVersion *version);
+extern void lease_version_release(LeaseVersion *version);
 extern void lease_insert(LeaseTable *table, Lease *lease);
 extern TM_Result lease_update(LeaseTable *table, ItemPointer otid,
 							  Lease *lease);

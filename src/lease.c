@@ -43,12 +43,15 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "common/hashfn.h"
+#include "common/int.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/syscache.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -160,25 +163,61 @@ add_ttl(TimestampTz now, int64 ttl)
 }
 
 /*
+ * Terms remember the role that began them by name (so that pg_dump and
+ * restore keep it).  The current role's name is cached, so the common case,
+ * the same role renewing, needs no catalog lookup.
+ */
+static Oid	my_role = InvalidOid;
+static NameData my_role_name;
+static bool role_callback_registered = false;
+
+static void
+invalidate_role(Datum arg, int cacheid, uint32 hashvalue)
+{
+	my_role = InvalidOid;
+}
+
+static const NameData *
+current_role_name(void)
+{
+	Oid			role = GetUserId();
+
+	if (!role_callback_registered)
+	{
+		CacheRegisterSyscacheCallback(AUTHOID, invalidate_role, (Datum) 0);
+		role_callback_registered = true;
+	}
+	if (role != my_role)
+	{
+		namestrcpy(&my_role_name, GetUserNameFromId(role, false));
+		my_role = role;
+	}
+	return &my_role_name;
+}
+
+/*
  * Only a member of the role that began a term may extend, end or fence it
  * (superusers are members of every role).
  */
 static void
 check_term_role(const Lease *lease)
 {
-	if (!has_privs_of_role(GetUserId(), lease->owner_role))
-	{
-		const char *role = GetUserNameFromId(lease->owner_role, true);
+	Oid			role;
 
+	if (namestrcmp((Name) current_role_name(), NameStr(lease->owner_role)) == 0)
+		return;
+
+	role = get_role_oid(NameStr(lease->owner_role), true);
+	if (!has_privs_of_role(GetUserId(), role))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for lease \"%s\"",
 						text_to_cstring(lease->name)),
-				 role ?
+				 OidIsValid(role) ?
 				 errdetail("Only members of role \"%s\", which began the current term, may change or fence it.",
-						   role) :
-				 errdetail("The role that began the current term no longer exists; only a superuser may change or fence it.")));
-	}
+						   NameStr(lease->owner_role)) :
+				 errdetail("Role \"%s\", which began the current term, no longer exists; only a superuser may change or fence it.",
+						   NameStr(lease->owner_role))));
 }
 
 static void
@@ -211,6 +250,7 @@ fetch_for_update(LeaseTable *table, text *name, LeaseVersion *version)
 		UpdateActiveSnapshotCommandId();
 		lease_fetch(table, name, GetActiveSnapshot(), &seen);
 		PopActiveSnapshot();
+		lease_version_release(&seen);
 
 		lease_fetch(table, name, &dirty, version);
 		if (version->found && !TransactionIdIsValid(version->inflight) &&
@@ -308,7 +348,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->name = req->name;
 			new->owner = req->owner;
 			new->state = LEASE_STATE_HELD;
-			new->owner_role = GetUserId();
+			new->owner_role = *current_role_name();
 			new->generation = next_generation(cur ? cur->generation : 0);
 			new->acquired_at = now;
 			new->renewed_at = now;
@@ -350,13 +390,15 @@ check_action_privileges(const LeaseRequest *req, LeaseAction action,
 LeaseOutcome
 lease_cas(const LeaseRequest *req, Lease *result)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now;
 	LeaseTable	table;
 	bool		term_locked = false;
 	LeaseOutcome outcome;
 
 	prevent_write(req->fn);
-	lease_table_open(&table, RowExclusiveLock);
+	if (!lease_table_open(&table, RowExclusiveLock, true))
+		return LEASE_CONTENDED;
+	now = GetCurrentTimestamp();
 
 	for (;;)
 	{
@@ -365,23 +407,20 @@ lease_cas(const LeaseRequest *req, Lease *result)
 		LeaseAction action;
 		TM_Result	tm;
 
+		CHECK_FOR_INTERRUPTS();
+
 		fetch_for_update(&table, req->name, &cur);
-		if (TransactionIdIsValid(cur.inflight))
-		{
-			outcome = LEASE_CONTENDED;
-			break;
-		}
 		curp = cur.found ? &cur.lease : NULL;
 
-		action = decide(req, curp, now);
-		if (action == ACTION_NONE)
+		if (TransactionIdIsValid(cur.inflight))
+			action = ACTION_HELD_ELSEWHERE;
+		else
+			action = decide(req, curp, now);
+
+		if (action == ACTION_NONE || action == ACTION_HELD_ELSEWHERE)
 		{
-			outcome = LEASE_REFUSED;
-			break;
-		}
-		if (action == ACTION_HELD_ELSEWHERE)
-		{
-			outcome = LEASE_CONTENDED;
+			lease_version_release(&cur);
+			outcome = (action == ACTION_NONE) ? LEASE_REFUSED : LEASE_CONTENDED;
 			break;
 		}
 
@@ -392,6 +431,7 @@ lease_cas(const LeaseRequest *req, Lease *result)
 		 */
 		if (action != ACTION_EXTEND && !term_locked)
 		{
+			lease_version_release(&cur);
 			if (!try_term_lock(req->name, ExclusiveLock))
 			{
 				outcome = LEASE_CONTENDED;
@@ -411,6 +451,7 @@ lease_cas(const LeaseRequest *req, Lease *result)
 		}
 		else
 			tm = lease_update(&table, &cur.tid, result);
+		lease_version_release(&cur);
 
 		if (tm == TM_Ok)
 		{
@@ -451,7 +492,7 @@ lease_cas(const LeaseRequest *req, Lease *result)
 
 	if (term_locked && outcome != LEASE_DONE)
 		release_term_lock(req->name, ExclusiveLock);
-	lease_table_close(&table);
+	lease_table_close(&table, true);
 	return outcome;
 }
 
@@ -476,16 +517,30 @@ lease_fence(text *name, int64 generation)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("could not fence lease \"%s\"", lease_name),
 				 errdetail("Another transaction is starting or ending a term of the lease.")));
+	if (!lease_table_open(&table, AccessShareLock, true))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not fence lease \"%s\"", lease_name),
+				 errdetail("Another transaction holds a lock on table \"hoplock_internal.lease\".")));
 
 	/*
 	 * With the term lock held, the newest committed version has the current
 	 * term, whatever our snapshot: a transaction in flight on the row can
-	 * only be a renewal of it.
+	 * only be renewing it.  The dirty snapshot may show that renewal's new
+	 * version, which may yet roll back; then read the committed one.
 	 */
 	InitDirtySnapshot(dirty);
-	lease_table_open(&table, AccessShareLock);
 	lease_fetch(&table, name, &dirty, &cur);
-	lease_table_close(&table);
+	if (TransactionIdIsValid(cur.inflight))
+	{
+		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
+
+		lease_version_release(&cur);
+		lease_fetch(&table, name, latest, &cur);
+		UnregisterSnapshot(latest);
+	}
+	lease_version_release(&cur);
+	lease_table_close(&table, false);
 	now = GetCurrentTimestamp();
 
 	if (!cur.found)
@@ -524,9 +579,10 @@ lease_lookup(text *name, Lease *lease)
 	Snapshot	snapshot;
 
 	snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-	lease_table_open(&table, AccessShareLock);
+	lease_table_open(&table, AccessShareLock, false);
 	lease_fetch(&table, name, snapshot, &version);
-	lease_table_close(&table);
+	lease_version_release(&version);
+	lease_table_close(&table, false);
 
 	if (version.found)
 		*lease = version.lease;

@@ -33,11 +33,13 @@
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -62,15 +64,25 @@ enum
 };
 
 static const Oid lease_column_types[Natts_lease] = {
-	TEXTOID, CHAROID, TEXTOID, REGROLEOID, INT8OID, TIMESTAMPTZOID,
+	TEXTOID, CHAROID, TEXTOID, NAMEOID, INT8OID, TIMESTAMPTZOID,
 	TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID
 };
+
+/* Fields of the row type hoplock_lease, in the install script's order */
+static const Oid result_column_types[] = {
+	TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID
+};
+#define Natts_result lengthof(result_column_types)
 
 #define HOPLOCK_SCHEMA		"hoplock_internal"
 #define HOPLOCK_TABLE		"lease"
 #define HOPLOCK_INDEX		"lease_pkey"
 
-/* Per-backend cache of what never changes while the extension exists */
+/*
+ * Per-backend cache of what never changes while the extension exists.  An
+ * invalidation only marks it stale; the OIDs stay, so that a caller holding
+ * one can tell whether it still names hoplock's relation.
+ */
 static struct
 {
 	bool		valid;
@@ -81,22 +93,32 @@ static struct
 	TupleDesc	stale_desc;		/* invalidated, freed at the next lookup */
 }			cache;
 
+/* Bumped by every relcache invalidation this backend processes */
+static uint64 invalidations = 0;
+
 static bool callback_registered = false;
 
 static void
 invalidate_cache(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == cache.table || relid == cache.index ||
-		relid == cache.result_typrelid)
-	{
+	invalidations++;
+	if (relid == InvalidOid || relid == cache.table || relid == cache.index)
 		cache.valid = false;
-		cache.table = InvalidOid;
-		cache.index = InvalidOid;
-		cache.result_typrelid = InvalidOid;
-		/* the call that is running may still be using result_desc */
-		if (cache.result_desc != NULL && cache.stale_desc == NULL)
+	if (relid == InvalidOid || relid == cache.result_typrelid)
+	{
+		/*
+		 * The call that is running may still be using result_desc: keep it
+		 * until the next lookup.  An older stale copy predates it and is
+		 * no longer in use.
+		 */
+		if (cache.result_desc != NULL)
+		{
+			if (cache.stale_desc != NULL)
+				FreeTupleDesc(cache.stale_desc);
 			cache.stale_desc = cache.result_desc;
-		cache.result_desc = NULL;
+			cache.result_desc = NULL;
+		}
+		cache.result_typrelid = InvalidOid;
 	}
 }
 
@@ -104,6 +126,8 @@ static void
 fill_cache(void)
 {
 	Oid			nsp;
+	Oid			table = InvalidOid;
+	Oid			index = InvalidOid;
 
 	if (!callback_registered)
 	{
@@ -114,57 +138,127 @@ fill_cache(void)
 	nsp = get_namespace_oid(HOPLOCK_SCHEMA, true);
 	if (OidIsValid(nsp))
 	{
-		cache.table = get_relname_relid(HOPLOCK_TABLE, nsp);
-		cache.index = get_relname_relid(HOPLOCK_INDEX, nsp);
+		table = get_relname_relid(HOPLOCK_TABLE, nsp);
+		index = get_relname_relid(HOPLOCK_INDEX, nsp);
 	}
-	if (!OidIsValid(nsp) || !OidIsValid(cache.table) ||
-		!OidIsValid(cache.index))
+	if (!OidIsValid(table) || !OidIsValid(index))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("extension \"hoplock\" is not installed in this database"),
 				 errhint("Run CREATE EXTENSION hoplock.")));
+	cache.table = table;
+	cache.index = index;
 	cache.valid = true;
 }
 
-/* The table must be the one the install script made, or nothing is safe. */
+/* what: "table" or "type" */
 static void
-check_table_shape(Relation heap)
+damaged_install(const char *what, const char *name)
 {
-	TupleDesc	desc = RelationGetDescr(heap);
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("%s \"%s\" does not have the layout hoplock expects",
+					what, name),
+			 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
+}
 
-	if (heap->rd_rel->relam != HEAP_TABLE_AM_OID || desc->natts != Natts_lease)
-		elog(ERROR, "table %s.%s does not have the layout hoplock expects",
-			 HOPLOCK_SCHEMA, HOPLOCK_TABLE);
+/*
+ * The table and its index must be what the install script made, or nothing
+ * below is safe.  Only struct fields are read: cheap enough for every call.
+ */
+static void
+check_shape(LeaseTable *table)
+{
+	TupleDesc	desc = RelationGetDescr(table->heap);
+	Form_pg_index index = table->index->rd_index;
+
+	if (table->heap->rd_rel->relam != HEAP_TABLE_AM_OID ||
+		desc->natts != Natts_lease ||
+		table->index->rd_rel->relam != BTREE_AM_OID ||
+		index->indrelid != RelationGetRelid(table->heap) ||
+		!index->indisunique || index->indnatts != 1 ||
+		index->indkey.values[0] != Anum_lease_name ||
+		table->index->rd_indexprs != NIL || table->index->rd_indpred != NIL)
+		damaged_install("table", HOPLOCK_SCHEMA "." HOPLOCK_TABLE);
 	for (int i = 0; i < Natts_lease; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 
 		if (att->attisdropped || att->atttypid != lease_column_types[i])
-			elog(ERROR, "table %s.%s does not have the layout hoplock expects",
-				 HOPLOCK_SCHEMA, HOPLOCK_TABLE);
+			damaged_install("table", HOPLOCK_SCHEMA "." HOPLOCK_TABLE);
 	}
 }
 
-void
-lease_table_open(LeaseTable *table, LOCKMODE lockmode)
+/*
+ * Lock and open the lease table and its index in "lockmode".  With nowait,
+ * return false rather than wait for another transaction's lock (DDL on the
+ * table, say): no writing call ever waits.
+ *
+ * Locking processes invalidations, which may mark the cache stale; then
+ * check that the locked OIDs still name hoplock's relations, and start over
+ * if not (DROP and CREATE EXTENSION in between).
+ */
+bool
+lease_table_open(LeaseTable *table, LOCKMODE lockmode, bool nowait)
 {
-	if (!cache.valid)
-		fill_cache();
+	Oid			relid;
+	Oid			indexid;
 
+	for (;;)
+	{
+		if (!cache.valid)
+			fill_cache();
+		relid = cache.table;
+		indexid = cache.index;
+
+		if (nowait)
+		{
+			if (!ConditionalLockRelationOid(relid, lockmode))
+				return false;
+			if (!ConditionalLockRelationOid(indexid, lockmode))
+			{
+				UnlockRelationOid(relid, lockmode);
+				return false;
+			}
+		}
+		else
+		{
+			LockRelationOid(relid, lockmode);
+			LockRelationOid(indexid, lockmode);
+		}
+
+		if (!cache.valid)
+			fill_cache();
+		if (cache.table == relid && cache.index == indexid)
+		{
+			table->heap = try_relation_open(relid, NoLock);
+			if (table->heap != NULL)
+				break;
+			cache.valid = false;
+		}
+		UnlockRelationOid(indexid, lockmode);
+		UnlockRelationOid(relid, lockmode);
+	}
+
+	table->index = index_open(indexid, NoLock);
 	table->lockmode = lockmode;
-	table->heap = table_open(cache.table, lockmode);
-	table->index = index_open(cache.index, lockmode);
-
-	/* cheap enough to do every time, and it catches a damaged install */
-	check_table_shape(table->heap);
+	check_shape(table);
+	return true;
 }
 
-/* Relations are closed, their locks kept until the transaction ends. */
+/*
+ * Close the relations.  A caller that wrote keeps its locks until the
+ * transaction ends; a reader gives them back at once, so that a fenced
+ * transaction does not hold up DDL on the table (and every call queued
+ * behind that DDL) for as long as it runs.
+ */
 void
-lease_table_close(LeaseTable *table)
+lease_table_close(LeaseTable *table, bool keep_locks)
 {
-	index_close(table->index, NoLock);
-	table_close(table->heap, NoLock);
+	LOCKMODE	release = keep_locks ? NoLock : table->lockmode;
+
+	index_close(table->index, release);
+	table_close(table->heap, release);
 }
 
 /*
@@ -215,6 +309,7 @@ lease_fetch(LeaseTable *table, text *name, Snapshot snapshot,
 
 	version->found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	version->inflight = InvalidTransactionId;
+	version->buffer = InvalidBuffer;
 	if (version->found)
 	{
 		Lease	   *lease = &version->lease;
@@ -228,10 +323,19 @@ lease_fetch(LeaseTable *table, text *name, Snapshot snapshot,
 		slot_getallattrs(slot);
 		version->tid = slot->tts_tid;
 
+		/*
+		 * Keep the page pinned until the caller is done with this version:
+		 * a pin keeps pruning from reusing the line pointer at "tid", with
+		 * or without a snapshot holding the horizon back.
+		 */
+		version->buffer = ((BufferHeapTupleTableSlot *) slot)->buffer;
+		IncrBufferRefCount(version->buffer);
+
 		lease->name = copy_text_datum(slot->tts_values[Anum_lease_name - 1]);
 		lease->state = DatumGetChar(slot->tts_values[Anum_lease_state - 1]);
 		lease->owner = copy_text_datum(slot->tts_values[Anum_lease_owner - 1]);
-		lease->owner_role = DatumGetObjectId(slot->tts_values[Anum_lease_owner_role - 1]);
+		namestrcpy(&lease->owner_role,
+				   NameStr(*DatumGetName(slot->tts_values[Anum_lease_owner_role - 1])));
 		lease->generation = DatumGetInt64(slot->tts_values[Anum_lease_generation - 1]);
 		lease->acquired_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_acquired_at - 1]);
 		lease->renewed_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_renewed_at - 1]);
@@ -257,6 +361,15 @@ lease_fetch(LeaseTable *table, text *name, Snapshot snapshot,
 	ExecDropSingleTupleTableSlot(slot);
 }
 
+/* Unpin the page of a version lease_fetch() found. */
+void
+lease_version_release(LeaseVersion *version)
+{
+	if (BufferIsValid(version->buffer))
+		ReleaseBuffer(version->buffer);
+	version->buffer = InvalidBuffer;
+}
+
 static HeapTuple
 lease_form_tuple(LeaseTable *table, const Lease *lease)
 {
@@ -267,7 +380,7 @@ lease_form_tuple(LeaseTable *table, const Lease *lease)
 	values[Anum_lease_name - 1] = PointerGetDatum(lease->name);
 	values[Anum_lease_state - 1] = CharGetDatum(lease->state);
 	values[Anum_lease_owner - 1] = PointerGetDatum(lease->owner);
-	values[Anum_lease_owner_role - 1] = ObjectIdGetDatum(lease->owner_role);
+	values[Anum_lease_owner_role - 1] = NameGetDatum(&lease->owner_role);
 	values[Anum_lease_generation - 1] = Int64GetDatum(lease->generation);
 	values[Anum_lease_acquired_at - 1] = TimestampTzGetDatum(lease->acquired_at);
 	values[Anum_lease_renewed_at - 1] = TimestampTzGetDatum(lease->renewed_at);
@@ -352,32 +465,50 @@ lease_format_handle(const Lease *lease, char *buf)
 
 /*
  * The row type hoplock_lease, looked up from the calling function's result
- * type on first use.
+ * type on first use.  If an invalidation arrives while it is being looked
+ * up, it is used for this call only and looked up again next time.
  */
 TupleDesc
 lease_result_desc(FunctionCallInfo fcinfo)
 {
-	if (cache.result_desc == NULL)
+	Oid			typid;
+	TupleDesc	desc;
+	uint64		before = invalidations;
+	MemoryContext old;
+
+	if (cache.result_desc != NULL)
+		return cache.result_desc;
+
+	if (get_call_result_type(fcinfo, &typid, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	if (desc->natts != Natts_result)
+		damaged_install("type", format_type_be(typid));
+	for (int i = 0; i < Natts_result; i++)
 	{
-		Oid			typid;
-		TupleDesc	desc;
-		MemoryContext old;
+		Form_pg_attribute att = TupleDescAttr(desc, i);
 
-		if (get_call_result_type(fcinfo, &typid, &desc) != TYPEFUNC_COMPOSITE)
-			elog(ERROR, "return type must be a row type");
-
-		if (cache.stale_desc != NULL)
-		{
-			FreeTupleDesc(cache.stale_desc);
-			cache.stale_desc = NULL;
-		}
-
-		old = MemoryContextSwitchTo(CacheMemoryContext);
-		desc = CreateTupleDescCopy(desc);
-		MemoryContextSwitchTo(old);
-
-		cache.result_typrelid = get_typ_typrelid(typid);
-		cache.result_desc = desc;
+		if (att->attisdropped || att->atttypid != result_column_types[i])
+			damaged_install("type", format_type_be(typid));
 	}
-	return cache.result_desc;
+
+	if (cache.stale_desc != NULL)
+	{
+		FreeTupleDesc(cache.stale_desc);
+		cache.stale_desc = NULL;
+	}
+
+	old = MemoryContextSwitchTo(CacheMemoryContext);
+	desc = CreateTupleDescCopy(desc);
+	MemoryContextSwitchTo(old);
+
+	cache.result_typrelid = get_typ_typrelid(typid);
+	if (invalidations != before)
+	{
+		cache.stale_desc = desc;	/* freed at the next lookup */
+		cache.result_typrelid = InvalidOid;
+		return desc;
+	}
+	cache.result_desc = desc;
+	return desc;
 }
