@@ -3,12 +3,19 @@
 MODULE_big = hoplock
 OBJS = \
 	src/args.o \
+	src/commit.o \
 	src/events.o \
 	src/functions.o \
 	src/guc.o \
 	src/hoplock.o \
+	src/launcher.o \
 	src/lease.o \
-	src/store.o
+	src/schedule.o \
+	src/session.o \
+	src/shmem.o \
+	src/store.o \
+	src/wait.o \
+	src/worker.o
 
 EXTENSION = hoplock
 DATA = sql/hoplock--1.0.0.sql
@@ -55,7 +62,7 @@ include $(PGXS)
 
 # Every object depends on the shared headers (PGXS tracks no header
 # dependencies unless the server was configured with --enable-depend).
-$(OBJS): src/hoplock.h src/compat.h
+$(OBJS): src/hoplock.h src/compat.h src/schedule.h
 
 # The suites one by one, so that scripts/test can run them all and count.
 .PHONY: check-regress check-isolation check-tap test demo

@@ -47,13 +47,23 @@ CREATE TYPE @extschema@.hoplock_lease AS (
 
 COMMENT ON TYPE @extschema@.hoplock_lease IS 'one term of a lease, as returned by the hoplock functions';
 
-CREATE FUNCTION @extschema@.hoplock_acquire(name text, owner text, ttl interval)
+CREATE FUNCTION @extschema@.hoplock_acquire(name text, owner text, ttl interval,
+                                            session_bound boolean DEFAULT false)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_acquire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval) IS
+COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean) IS
     'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it';
+
+CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, timeout interval,
+                                         session_bound boolean DEFAULT false)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_wait'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean) IS
+    'acquire the lease as soon as it can be had; NULL after timeout';
 
 CREATE FUNCTION @extschema@.hoplock_renew(name text, owner text, ttl interval)
 RETURNS @extschema@.hoplock_lease
@@ -156,3 +166,31 @@ GRANT SELECT ON @extschema@.hoplock_leases TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.hoplock_leases IS
     'one row per lease that is held or has expired without being released';
+
+-- The expiry workers, one per database they serve (in every database).
+CREATE FUNCTION hoplock_internal.worker_status(
+    OUT datid oid, OUT datname text, OUT pid integer, OUT state text,
+    OUT leases_tracked bigint, OUT next_expiry timestamptz,
+    OUT last_wakeup timestamptz, OUT expiries_announced bigint,
+    OUT last_lag interval, OUT started_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'hoplock_worker_status'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW @extschema@.hoplock_workers AS
+    SELECT * FROM hoplock_internal.worker_status();
+
+GRANT SELECT ON @extschema@.hoplock_workers TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.hoplock_workers IS
+    'the expiry workers: one row per database served';
+
+-- Ask the launcher to start this database's worker once this commits.
+CREATE FUNCTION hoplock_internal.serve_this_database()
+RETURNS void
+AS 'MODULE_PATHNAME', 'hoplock_serve_this_database'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION hoplock_internal.serve_this_database() FROM PUBLIC;
+
+SELECT hoplock_internal.serve_this_database();

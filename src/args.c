@@ -139,6 +139,48 @@ hoplock_arg_generation(FunctionCallInfo fcinfo, int argno)
 	return generation;
 }
 
+/* A timeout, in microseconds: like a ttl, but zero is fine. */
+int64
+hoplock_arg_timeout(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *timeout;
+	int64		usecs;
+	int64		days;
+
+	check_not_null(fcinfo, argno, "timeout");
+	timeout = PG_GETARG_INTERVAL_P(argno);
+	if (!hoplock_interval_is_finite(timeout))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be finite")));
+	if (timeout->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must not have a month or year part"),
+				 errhint("Express the timeout in days, hours, minutes or seconds.")));
+	if (pg_mul_s64_overflow((int64) timeout->day, USECS_PER_DAY, &days) ||
+		pg_add_s64_overflow(timeout->time, days, &usecs))
+		usecs = (timeout->day < 0) ? PG_INT64_MIN : PG_INT64_MAX;
+	if (usecs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must not be negative"),
+				 errdetail("The timeout is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(timeout))))));
+	return usecs;
+}
+
+/* A required boolean. */
+bool
+hoplock_arg_bool(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	if (PG_NARGS() <= argno)
+		return false;
+	check_not_null(fcinfo, argno, what);
+	return PG_GETARG_BOOL(argno);
+}
+
 /* Any other required text argument, such as a handle. */
 text *
 hoplock_arg_text(FunctionCallInfo fcinfo, int argno, const char *what)

@@ -4,11 +4,9 @@
  *		Lease events: a NOTIFY on hoplock.channel with a JSON payload, and,
  *		with hoplock.log_events, a server log line.
  *
- *		Both take effect only if the transaction commits.  NOTIFY is
- *		transactional by itself; the log lines wait in a list in
- *		TopTransactionContext and are written by the commit callback, after
- *		the commit record is flushed.  A subtransaction that aborts drops
- *		the lines it queued, as async.c drops its notifications.
+ *		Both take effect only if the transaction commits: NOTIFY is
+ *		transactional by itself, and the log lines wait for the commit in
+ *		commit.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -17,24 +15,12 @@
 #include "hoplock.h"
 #include "compat.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/json.h"
-#include "utils/memutils.h"
-
-typedef struct PendingLine
-{
-	struct PendingLine *next;
-	int			nest_level;		/* subtransaction that queued it */
-	char	   *message;
-} PendingLine;
-
-/* Newest first; reset at the end of every transaction */
-static PendingLine *pending_lines = NULL;
 
 /*
  * The payload:
@@ -81,81 +67,7 @@ hoplock_event(const char *event, const Lease *lease)
 	Async_Notify(hoplock_channel, build_payload(event, name, owner, lease));
 
 	if (hoplock_log_events)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-		PendingLine *line = palloc(sizeof(PendingLine));
-
-		line->nest_level = GetCurrentTransactionNestLevel();
-		line->message = psprintf("hoplock: lease \"%s\" %s, generation " INT64_FORMAT ", owner \"%s\", expires at %s",
-								 name, event, lease->generation, owner,
-								 timestamptz_to_str(lease->expires_at));
-		line->next = pending_lines;
-		pending_lines = line;
-		MemoryContextSwitchTo(old);
-	}
-}
-
-static void
-write_lines(PendingLine *lines)
-{
-	PendingLine *oldest_first = NULL;
-
-	while (lines != NULL)
-	{
-		PendingLine *next = lines->next;
-
-		lines->next = oldest_first;
-		oldest_first = lines;
-		lines = next;
-	}
-	for (PendingLine *line = oldest_first; line != NULL; line = line->next)
-		ereport(LOG, (errmsg_internal("%s", line->message)));
-}
-
-static void
-xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			write_lines(pending_lines);
-			pending_lines = NULL;
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			pending_lines = NULL;
-			break;
-		default:
-			break;
-	}
-}
-
-static void
-subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-				 SubTransactionId parentSubid, void *arg)
-{
-	int			level = GetCurrentTransactionNestLevel();
-
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-	{
-		while (pending_lines != NULL && pending_lines->nest_level >= level)
-			pending_lines = pending_lines->next;
-	}
-	else if (event == SUBXACT_EVENT_COMMIT_SUB)
-	{
-		for (PendingLine *line = pending_lines; line != NULL; line = line->next)
-		{
-			if (line->nest_level >= level)
-				line->nest_level = level - 1;
-		}
-	}
-}
-
-void
-hoplock_events_init(void)
-{
-	RegisterXactCallback(xact_callback, NULL);
-	RegisterSubXactCallback(subxact_callback, NULL);
+		at_commit_log(psprintf("hoplock: lease \"%s\" %s, generation " INT64_FORMAT ", owner \"%s\", expires at %s",
+							   name, event, lease->generation, owner,
+							   timestamptz_to_str(lease->expires_at)));
 }

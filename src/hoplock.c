@@ -13,6 +13,7 @@
 #include "compat.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 
 PG_MODULE_MAGIC;
 
@@ -22,5 +23,12 @@ void
 _PG_init(void)
 {
 	hoplock_define_gucs();
-	hoplock_events_init();
+	hoplock_commit_init();
+	hoplock_install_hooks();
+
+	if (process_shared_preload_libraries_in_progress)
+	{
+		hoplock_shmem_init();
+		hoplock_register_launcher();
+	}
 }

@@ -16,8 +16,11 @@
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "storage/buf.h"
+#include "storage/condition_variable.h"
 #include "storage/itemptr.h"
+#include "storage/latch.h"
 #include "storage/lockdefs.h"
+#include "storage/spin.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
 
@@ -79,7 +82,10 @@ typedef enum LeaseOp
 	LEASE_OP_RELEASE,
 	LEASE_OP_FORCE_RELEASE,
 	LEASE_OP_WRITE,
-	LEASE_OP_DELETE
+	LEASE_OP_DELETE,
+	LEASE_OP_EXPIRE,			/* the worker: announce a lapsed term */
+	LEASE_OP_SESSION_END		/* end the terms bound to a session that
+								 * ended */
 } LeaseOp;
 
 typedef struct LeaseRequest
@@ -91,6 +97,9 @@ typedef struct LeaseRequest
 	int64		ttl;			/* microseconds; acquire, renew, write */
 	int64		generation;		/* renew, release: 0 means any */
 	text	   *handle;			/* write, delete; NULL: "no state" */
+	bool		session_bound;	/* acquire: bind the term to this session */
+	int32		session_pid;	/* session_end: the session that ended */
+	TimestampTz session_start;
 } LeaseRequest;
 
 typedef enum LeaseOutcome
@@ -101,7 +110,8 @@ typedef enum LeaseOutcome
 								 * by another transaction right now */
 } LeaseOutcome;
 
-extern LeaseOutcome lease_cas(const LeaseRequest *req, Lease *result);
+extern LeaseOutcome lease_cas(const LeaseRequest *req, Lease *result,
+							  bool *found);
 extern void lease_fence(text *name, int64 generation);
 extern bool lease_lookup(text *name, Lease *lease);
 
@@ -132,6 +142,9 @@ extern void lease_table_close(LeaseTable *table, bool keep_locks);
 extern void lease_fetch(LeaseTable *table, text *name, Snapshot snapshot,
 						LeaseVersion *version);
 extern void lease_version_release(LeaseVersion *version);
+extern bool lease_table_exists(void);
+extern void lease_scan(void (*callback) (const Lease *lease, void *arg),
+					   void *arg);
 extern void lease_insert(LeaseTable *table, Lease *lease);
 extern TM_Result lease_update(LeaseTable *table, ItemPointer otid,
 							  Lease *lease);
@@ -139,11 +152,22 @@ extern void lease_format_handle(const Lease *lease, char *buf);
 extern TupleDesc lease_result_desc(FunctionCallInfo fcinfo);
 
 /* ---------------------------------------------------------------------
- * events.c: NOTIFY payloads and log lines, sent at commit
+ * events.c: NOTIFY payloads and log lines
  * ---------------------------------------------------------------------
  */
-extern void hoplock_events_init(void);
 extern void hoplock_event(const char *event, const Lease *lease);
+
+/* ---------------------------------------------------------------------
+ * commit.c: work deferred to the end of the transaction
+ * ---------------------------------------------------------------------
+ */
+extern void hoplock_commit_init(void);
+extern void at_commit_log(const char *message);
+extern void at_commit_deadline(text *name, TimestampTz expires_at);
+extern void at_commit_bind_session(text *name);
+extern void at_commit_wake_launcher(Oid dboid);
+extern void at_commit_stop_worker(Oid dboid);
+extern void at_end_wake_waiters(text *name);
 
 /* ---------------------------------------------------------------------
  * args.c: argument checks shared by the SQL entry points
@@ -153,6 +177,9 @@ extern text *hoplock_arg_name(FunctionCallInfo fcinfo, int argno,
 							  const char *what);
 extern int64 hoplock_arg_ttl(FunctionCallInfo fcinfo, int argno);
 extern int64 hoplock_arg_generation(FunctionCallInfo fcinfo, int argno);
+extern int64 hoplock_arg_timeout(FunctionCallInfo fcinfo, int argno);
+extern bool hoplock_arg_bool(FunctionCallInfo fcinfo, int argno,
+							 const char *what);
 extern text *hoplock_arg_text(FunctionCallInfo fcinfo, int argno,
 							  const char *what);
 
@@ -164,7 +191,118 @@ extern int	hoplock_max_ttl;
 extern char *hoplock_channel;
 extern bool hoplock_notify_renewals;
 extern bool hoplock_log_events;
+extern char *hoplock_databases;
+extern int	hoplock_naptime;	/* seconds */
+extern int	hoplock_max_tracked;
+extern int	hoplock_max_databases;
+extern int	hoplock_queue_size;
 
 extern void hoplock_define_gucs(void);
+
+/* ---------------------------------------------------------------------
+ * shmem.c: shared memory (only with shared_preload_libraries)
+ * ---------------------------------------------------------------------
+ */
+#define HOPLOCK_WAIT_BUCKETS	1024
+
+typedef enum HoplockMessageKind
+{
+	HOPLOCK_MSG_DEADLINE = 1,	/* a term begins or moves its expiry earlier */
+	HOPLOCK_MSG_SESSION_END		/* a session ended, its bound term did not */
+} HoplockMessageKind;
+
+typedef struct HoplockMessage
+{
+	TimestampTz expires_at;		/* DEADLINE */
+	TimestampTz session_start;	/* SESSION_END */
+	int32		session_pid;	/* SESSION_END */
+	uint8		kind;
+	uint16		namelen;
+	char		name[HOPLOCK_MAX_NAME_BYTES];
+} HoplockMessage;
+
+typedef enum HoplockWorkerState
+{
+	WORKER_FREE = 0,			/* slot unused */
+	WORKER_STARTING,			/* launcher registered it */
+	WORKER_SCANNING,			/* reading the whole lease table */
+	WORKER_ANNOUNCING,			/* ending lapsed terms */
+	WORKER_SLEEPING,			/* waiting for the next expiry */
+	WORKER_ABSENT,				/* exited: hoplock is not installed */
+	WORKER_STOPPED				/* exited: asked to stop */
+} HoplockWorkerState;
+
+typedef enum HoplockStopReason
+{
+	STOP_NONE = 0,
+	STOP_EXTENSION_DROPPED,
+	STOP_DATABASE_DROPPED,
+	STOP_NOT_WANTED				/* hoplock.databases no longer lists it */
+} HoplockStopReason;
+
+typedef struct HoplockDbSlot
+{
+	slock_t		mutex;			/* protects the fields below but dboid */
+	Oid			dboid;			/* under HoplockShared.mutex; 0: free */
+	HoplockWorkerState state;
+	pid_t		pid;
+	Latch	   *latch;
+	HoplockStopReason stop;
+	TimestampTz stop_requested_at;
+	TimestampTz next_wakeup;	/* 0 while awake: it drains before sleeping */
+	bool		overflowed;
+	uint64		head;			/* mailbox: messages [tail, head) */
+	uint64		tail;
+	HoplockMessage *ring;
+	/* statistics, for hoplock_workers */
+	TimestampTz started_at;
+	TimestampTz last_wakeup;
+	TimestampTz next_expiry;
+	int64		tracked;
+	int64		announced;
+	int64		last_lag;		/* microseconds */
+} HoplockDbSlot;
+
+typedef struct HoplockShared
+{
+	TimestampTz init_time;		/* sessions older than this are gone */
+	slock_t		mutex;			/* slot allocation, launcher fields */
+	pid_t		launcher_pid;
+	Latch	   *launcher_latch;
+	bool		rescan_all;
+	int			nrequests;
+	Oid			requests[16];	/* databases that just got the extension */
+	int			nslots;
+	int			queue_size;
+	ConditionVariable waitcv[HOPLOCK_WAIT_BUCKETS];
+	HoplockDbSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} HoplockShared;
+
+extern HoplockShared *hoplock_shared;
+
+extern void hoplock_shmem_init(void);
+extern HoplockDbSlot *hoplock_slot_for(Oid dboid);
+extern void hoplock_post(const HoplockMessage *msg);
+extern bool hoplock_take(HoplockDbSlot *slot, HoplockMessage *msg,
+						 bool *overflowed);
+extern ConditionVariable *hoplock_wait_cv(text *name);
+extern void hoplock_wake_launcher(Oid dboid);
+extern void hoplock_stop_worker(Oid dboid, HoplockStopReason reason);
+
+/* ---------------------------------------------------------------------
+ * launcher.c, worker.c: the background workers
+ * ---------------------------------------------------------------------
+ */
+extern void hoplock_register_launcher(void);
+extern void hoplock_install_hooks(void);
+extern PGDLLEXPORT void hoplock_launcher_main(Datum arg);
+extern PGDLLEXPORT void hoplock_worker_main(Datum arg);
+
+/* ---------------------------------------------------------------------
+ * wait.c, session.c
+ * ---------------------------------------------------------------------
+ */
+extern bool lease_wait(LeaseRequest *req, int64 timeout, Lease *result);
+extern void hoplock_session_bind(text *name);
 
 #endif							/* HOPLOCK_H */

@@ -72,7 +72,8 @@ typedef enum LeaseAction
 	ACTION_HELD_ELSEWHERE,		/* another owner's term is running */
 	ACTION_EXTEND,				/* same term, new expires_at */
 	ACTION_NEW_TERM,
-	ACTION_END_TERM
+	ACTION_END_TERM,
+	ACTION_ANNOUNCE_EXPIRY		/* the term lapsed: mark it announced */
 } LeaseAction;
 
 /* ---------------------------------------------------------------------
@@ -305,6 +306,18 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 			if (!lease_has_state(cur) || !handle_matches(cur, req->handle))
 				return ACTION_NONE;
 			return ACTION_END_TERM;
+
+		case LEASE_OP_EXPIRE:
+			if (cur != NULL && cur->state == LEASE_STATE_HELD &&
+				now >= cur->expires_at)
+				return ACTION_ANNOUNCE_EXPIRY;
+			return ACTION_NONE;
+
+		case LEASE_OP_SESSION_END:
+			if (held && cur->session_pid == req->session_pid &&
+				cur->session_start == req->session_start)
+				return ACTION_END_TERM;
+			return ACTION_NONE;
 	}
 	pg_unreachable();
 }
@@ -341,6 +354,11 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			*new = *cur;
 			new->renewed_at = now;
 			new->expires_at = add_ttl(now, req->ttl);
+			if (req->session_bound)
+			{
+				new->session_pid = MyProcPid;
+				new->session_start = MyStartTimestamp;
+			}
 			break;
 
 		case ACTION_NEW_TERM:
@@ -353,6 +371,11 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->acquired_at = now;
 			new->renewed_at = now;
 			new->expires_at = add_ttl(now, req->ttl);
+			if (req->session_bound)
+			{
+				new->session_pid = MyProcPid;
+				new->session_start = MyStartTimestamp;
+			}
 			break;
 
 		case ACTION_END_TERM:
@@ -360,6 +383,13 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->state = LEASE_STATE_RELEASED;
 			if (lease_is_held(cur, now))
 				new->expires_at = now;
+			new->session_pid = 0;
+			new->session_start = 0;
+			break;
+
+		case ACTION_ANNOUNCE_EXPIRY:
+			*new = *cur;
+			new->state = LEASE_STATE_EXPIRED;
 			new->session_pid = 0;
 			new->session_start = 0;
 			break;
@@ -378,23 +408,64 @@ static void
 check_action_privileges(const LeaseRequest *req, LeaseAction action,
 						const Lease *cur, TimestampTz now)
 {
-	if (req->op == LEASE_OP_FORCE_RELEASE)
+	if (req->op == LEASE_OP_FORCE_RELEASE || req->op == LEASE_OP_EXPIRE ||
+		req->op == LEASE_OP_SESSION_END)
 		return;
 	if (action == ACTION_EXTEND || lease_is_held(cur, now))
 		check_term_role(cur);
 }
 
 /*
+ * After a write: queue its events and what must follow its commit.
+ */
+static void
+after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
+			const Lease *written, TimestampTz now)
+{
+	switch (action)
+	{
+		case ACTION_EXTEND:
+			if (hoplock_notify_renewals)
+				hoplock_event("renewed", written);
+			/* a later expiry the worker finds out by itself */
+			if (written->expires_at < cur->expires_at)
+				at_commit_deadline(written->name, written->expires_at);
+			break;
+		case ACTION_NEW_TERM:
+			if (cur != NULL)
+				announce_end(cur, now);
+			hoplock_event("acquired", written);
+			at_commit_deadline(written->name, written->expires_at);
+			break;
+		case ACTION_END_TERM:
+			announce_end(cur, now);
+			break;
+		case ACTION_ANNOUNCE_EXPIRY:
+			hoplock_event("expired", cur);
+			at_end_wake_waiters(written->name);
+			break;
+		default:
+			break;
+	}
+	if (req->session_bound &&
+		(action == ACTION_NEW_TERM || action == ACTION_EXTEND))
+		at_commit_bind_session(written->name);
+}
+
+/*
  * The compare-and-swap.  On LEASE_DONE, *result is the lease as written.
+ * Otherwise *found says whether the lease has a row, and *result is that
+ * row as last seen (the holder's term, say), for callers that wait.
  */
 LeaseOutcome
-lease_cas(const LeaseRequest *req, Lease *result)
+lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 {
 	TimestampTz now;
 	LeaseTable	table;
 	bool		term_locked = false;
 	LeaseOutcome outcome;
 
+	*found = false;
 	prevent_write(req->fn);
 	if (!lease_table_open(&table, RowExclusiveLock, true))
 		return LEASE_CONTENDED;
@@ -409,8 +480,12 @@ lease_cas(const LeaseRequest *req, Lease *result)
 
 		CHECK_FOR_INTERRUPTS();
 
+		/* the version stays pinned until we are done with it */
 		fetch_for_update(&table, req->name, &cur);
 		curp = cur.found ? &cur.lease : NULL;
+		*found = cur.found;
+		if (cur.found)
+			*result = cur.lease;
 
 		if (TransactionIdIsValid(cur.inflight))
 			action = ACTION_HELD_ELSEWHERE;
@@ -429,7 +504,8 @@ lease_cas(const LeaseRequest *req, Lease *result)
 		 * and no other term change is in flight; look again, since the lease
 		 * may have changed before we got it.
 		 */
-		if (action != ACTION_EXTEND && !term_locked)
+		if ((action == ACTION_NEW_TERM || action == ACTION_END_TERM) &&
+			!term_locked)
 		{
 			lease_version_release(&cur);
 			if (!try_term_lock(req->name, ExclusiveLock))
@@ -455,23 +531,12 @@ lease_cas(const LeaseRequest *req, Lease *result)
 
 		if (tm == TM_Ok)
 		{
-			if (action == ACTION_EXTEND)
-			{
-				if (hoplock_notify_renewals)
-					hoplock_event("renewed", result);
-			}
-			else
-			{
-				/* the term that ends, if any, says how it ended */
-				if (curp != NULL)
-					announce_end(curp, now);
-				if (action == ACTION_NEW_TERM)
-					hoplock_event("acquired", result);
-			}
+			after_write(req, action, curp, result, now);
 			ForceSyncCommit();
 			outcome = LEASE_DONE;
 			break;
 		}
+		*result = cur.lease;
 		if (tm == TM_BeingModified)
 		{
 			outcome = LEASE_CONTENDED;
@@ -490,8 +555,18 @@ lease_cas(const LeaseRequest *req, Lease *result)
 			 (int) tm, text_to_cstring(req->name));
 	}
 
-	if (term_locked && outcome != LEASE_DONE)
-		release_term_lock(req->name, ExclusiveLock);
+	if (term_locked)
+	{
+		if (outcome == LEASE_DONE)
+			at_end_wake_waiters(req->name);
+		else
+		{
+			/* hand the lock back, and wake whoever it kept out */
+			release_term_lock(req->name, ExclusiveLock);
+			if (hoplock_shared != NULL)
+				ConditionVariableBroadcast(hoplock_wait_cv(req->name));
+		}
+	}
 	lease_table_close(&table, true);
 	return outcome;
 }
@@ -517,6 +592,8 @@ lease_fence(text *name, int64 generation)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("could not fence lease \"%s\"", lease_name),
 				 errdetail("Another transaction is starting or ending a term of the lease.")));
+	/* whoever waits for the lease may try again when this transaction ends */
+	at_end_wake_waiters(name);
 	if (!lease_table_open(&table, AccessShareLock, true))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),

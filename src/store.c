@@ -46,6 +46,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 
 /* Columns of hoplock_internal.lease, in the install script's order */
 enum
@@ -285,6 +286,40 @@ copy_text_datum(Datum datum)
 	return (text *) PG_DETOAST_DATUM_COPY(datum);
 }
 
+/* Deform a row of the lease table into *lease (text fields copied). */
+static void
+lease_from_slot(TupleTableSlot *slot, Lease *lease)
+{
+	HeapTuple	tuple;
+	bool		should_free;
+
+	slot_getallattrs(slot);
+	lease->name = copy_text_datum(slot->tts_values[Anum_lease_name - 1]);
+	lease->state = DatumGetChar(slot->tts_values[Anum_lease_state - 1]);
+	lease->owner = copy_text_datum(slot->tts_values[Anum_lease_owner - 1]);
+	namestrcpy(&lease->owner_role,
+			   NameStr(*DatumGetName(slot->tts_values[Anum_lease_owner_role - 1])));
+	lease->generation = DatumGetInt64(slot->tts_values[Anum_lease_generation - 1]);
+	lease->acquired_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_acquired_at - 1]);
+	lease->renewed_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_renewed_at - 1]);
+	lease->expires_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_expires_at - 1]);
+	if (slot->tts_isnull[Anum_lease_session_pid - 1])
+	{
+		lease->session_pid = 0;
+		lease->session_start = 0;
+	}
+	else
+	{
+		lease->session_pid = DatumGetInt32(slot->tts_values[Anum_lease_session_pid - 1]);
+		lease->session_start = DatumGetTimestampTz(slot->tts_values[Anum_lease_session_start - 1]);
+	}
+
+	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+	lease->xmin = full_xid_of(HeapTupleHeaderGetRawXmin(tuple->t_data));
+	if (should_free)
+		heap_freetuple(tuple);
+}
+
 /*
  * Find the version of the lease named "name" that "snapshot" sees.
  *
@@ -312,15 +347,10 @@ lease_fetch(LeaseTable *table, text *name, Snapshot snapshot,
 	version->buffer = InvalidBuffer;
 	if (version->found)
 	{
-		Lease	   *lease = &version->lease;
-		HeapTuple	tuple;
-		bool		should_free;
-
 		if (snapshot->snapshot_type == SNAPSHOT_DIRTY)
 			version->inflight = TransactionIdIsValid(snapshot->xmin) ?
 				snapshot->xmin : snapshot->xmax;
 
-		slot_getallattrs(slot);
 		version->tid = slot->tts_tid;
 
 		/*
@@ -331,30 +361,7 @@ lease_fetch(LeaseTable *table, text *name, Snapshot snapshot,
 		version->buffer = ((BufferHeapTupleTableSlot *) slot)->buffer;
 		IncrBufferRefCount(version->buffer);
 
-		lease->name = copy_text_datum(slot->tts_values[Anum_lease_name - 1]);
-		lease->state = DatumGetChar(slot->tts_values[Anum_lease_state - 1]);
-		lease->owner = copy_text_datum(slot->tts_values[Anum_lease_owner - 1]);
-		namestrcpy(&lease->owner_role,
-				   NameStr(*DatumGetName(slot->tts_values[Anum_lease_owner_role - 1])));
-		lease->generation = DatumGetInt64(slot->tts_values[Anum_lease_generation - 1]);
-		lease->acquired_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_acquired_at - 1]);
-		lease->renewed_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_renewed_at - 1]);
-		lease->expires_at = DatumGetTimestampTz(slot->tts_values[Anum_lease_expires_at - 1]);
-		if (slot->tts_isnull[Anum_lease_session_pid - 1])
-		{
-			lease->session_pid = 0;
-			lease->session_start = 0;
-		}
-		else
-		{
-			lease->session_pid = DatumGetInt32(slot->tts_values[Anum_lease_session_pid - 1]);
-			lease->session_start = DatumGetTimestampTz(slot->tts_values[Anum_lease_session_start - 1]);
-		}
-
-		tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
-		lease->xmin = full_xid_of(HeapTupleHeaderGetRawXmin(tuple->t_data));
-		if (should_free)
-			heap_freetuple(tuple);
+		lease_from_slot(slot, &version->lease);
 	}
 
 	index_endscan(scan);
@@ -511,4 +518,56 @@ lease_result_desc(FunctionCallInfo fcinfo)
 	}
 	cache.result_desc = desc;
 	return desc;
+}
+
+/*
+ * Whether the extension's table exists in this database (the worker asks,
+ * to notice DROP EXTENSION).  Must run in a transaction.
+ */
+bool
+lease_table_exists(void)
+{
+	Oid			nsp;
+
+	if (cache.valid)
+		return true;
+	nsp = get_namespace_oid(HOPLOCK_SCHEMA, true);
+	return OidIsValid(nsp) &&
+		OidIsValid(get_relname_relid(HOPLOCK_TABLE, nsp));
+}
+
+/*
+ * Call "callback" for every row the active snapshot sees (the worker's
+ * full scan).  The Lease passed points into the callback's own memory only
+ * for the duration of the call.
+ */
+void
+lease_scan(void (*callback) (const Lease *lease, void *arg), void *arg)
+{
+	LeaseTable	table;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	MemoryContext row_context;
+	MemoryContext old;
+
+	lease_table_open(&table, AccessShareLock, false);
+	slot = table_slot_create(table.heap, NULL);
+	scan = table_beginscan(table.heap, GetActiveSnapshot(), 0, NULL);
+	row_context = AllocSetContextCreate(CurrentMemoryContext, "hoplock scan",
+										ALLOCSET_SMALL_SIZES);
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		Lease		lease;
+
+		CHECK_FOR_INTERRUPTS();
+		MemoryContextReset(row_context);
+		old = MemoryContextSwitchTo(row_context);
+		lease_from_slot(slot, &lease);
+		callback(&lease, arg);
+		MemoryContextSwitchTo(old);
+	}
+	MemoryContextDelete(row_context);
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	lease_table_close(&table, false);
 }

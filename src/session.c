@@ -1,0 +1,135 @@
+/*-------------------------------------------------------------------------
+ *
+ * session.c
+ *		Session-bound terms: hoplock_acquire(..., session_bound => true)
+ *		binds the term to the acquiring backend (its pid and start time,
+ *		stored in the lease row), and the term ends when that backend exits.
+ *
+ *		The backend remembers the names it bound (once the binding
+ *		commits) and, from a before_shmem_exit callback, ends those terms
+ *		itself in one last transaction, as PostgreSQL drops temporary
+ *		tables.  That covers a disconnect, a client that dies, and
+ *		pg_terminate_backend.  If that transaction cannot end a term (the
+ *		lease is fenced, or being changed, or the last transaction fails),
+ *		the backend leaves a message for the expiry worker, which keeps
+ *		trying.  A backend that crashes takes the server through a
+ *		crash-restart; the worker then ends every term bound to a session
+ *		older than the restart.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "hoplock.h"
+#include "compat.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "storage/ipc.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+/* Names of the terms this session bound, in TopMemoryContext */
+static List *bound_names = NIL;
+static bool exit_callback_registered = false;
+
+static void
+leave_to_worker(text *name)
+{
+	HoplockMessage msg;
+
+	if (hoplock_shared == NULL)
+		return;
+	memset(&msg, 0, offsetof(HoplockMessage, name));
+	msg.kind = HOPLOCK_MSG_SESSION_END;
+	msg.session_pid = MyProcPid;
+	msg.session_start = MyStartTimestamp;
+	msg.namelen = VARSIZE_ANY_EXHDR(name);
+	memcpy(msg.name, VARDATA_ANY(name), msg.namelen);
+	hoplock_post(&msg);
+}
+
+/*
+ * before_shmem_exit callback: end the terms still bound to this session.
+ * Any transaction this backend was in has to go first, as in
+ * RemoveTempRelationsCallback.
+ */
+static void
+end_bound_terms(int code, Datum arg)
+{
+	ListCell   *lc;
+	bool		done = false;
+	List	   *left = NIL;
+
+	if (bound_names == NIL || !OidIsValid(MyDatabaseId))
+		return;
+
+	PG_TRY();
+	{
+		AbortOutOfAnyTransaction();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		foreach(lc, bound_names)
+		{
+			LeaseRequest req = {0};
+			Lease		result;
+			bool		found;
+
+			req.op = LEASE_OP_SESSION_END;
+			req.fn = "hoplock session exit";
+			req.name = (text *) lfirst(lc);
+			req.session_pid = MyProcPid;
+			req.session_start = MyStartTimestamp;
+			if (lease_cas(&req, &result, &found) == LEASE_CONTENDED)
+				left = lappend(left, req.name);
+		}
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		done = true;
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+	}
+	PG_END_TRY();
+
+	foreach(lc, done ? left : bound_names)
+		leave_to_worker((text *) lfirst(lc));
+	bound_names = NIL;
+}
+
+/*
+ * Called at commit of a transaction that bound lease "name" to this
+ * session.
+ */
+void
+hoplock_session_bind(text *name)
+{
+	MemoryContext old;
+	ListCell   *lc;
+
+	foreach(lc, bound_names)
+	{
+		text	   *known = (text *) lfirst(lc);
+
+		if (VARSIZE_ANY_EXHDR(known) == VARSIZE_ANY_EXHDR(name) &&
+			memcmp(VARDATA_ANY(known), VARDATA_ANY(name),
+				   VARSIZE_ANY_EXHDR(name)) == 0)
+			return;
+	}
+
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	bound_names = lappend(bound_names,
+						  PG_DETOAST_DATUM_COPY(PointerGetDatum(name)));
+	MemoryContextSwitchTo(old);
+
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(end_bound_terms, (Datum) 0);
+		exit_callback_registered = true;
+	}
+}

@@ -1,0 +1,145 @@
+/*-------------------------------------------------------------------------
+ *
+ * wait.c
+ *		hoplock_wait: acquire, or sleep until the lease can be had and try
+ *		again, until the timeout.
+ *
+ *		Sleeping is on a condition variable in shared memory, one of
+ *		HOPLOCK_WAIT_BUCKETS chosen by the lease's name.  It is broadcast
+ *		at the end of every transaction that held the lease's term lock
+ *		(a release, a force-release, a new term, a fence), and when the
+ *		worker announces an expiry.  A sleeper also wakes by itself when
+ *		the holder's term lapses, so an expiry needs no worker.  Woken
+ *		waiters race through the ordinary compare-and-swap; one wins, the
+ *		others sleep again.
+ *
+ *		The sleep is the condition variable's: interruptible, so query
+ *		cancel, statement_timeout and pg_terminate_backend end it, and
+ *		transaction abort and backend exit take the sleeper off the list.
+ *
+ *		Without shared_preload_libraries there is no shared memory: then
+ *		hoplock_wait polls with exponential backoff, and says so once per
+ *		session.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "hoplock.h"
+#include "compat.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/condition_variable.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#define POLL_FIRST_MS	10
+#define POLL_MAX_MS		1000
+/* Cap on a sleep with nothing known to wake it: a fence in a prepared
+ * transaction ends without waking anyone. */
+#define SLEEP_MAX_MS	1000
+
+static bool polling_notice_given = false;
+
+/* Milliseconds from now until "until", rounded up, at least 1. */
+static long
+ms_until(TimestampTz now, TimestampTz until)
+{
+	int64		us = until - now;
+
+	if (us <= 0)
+		return 1;
+	return (long) Min((us + 999) / 1000, (int64) INT_MAX);
+}
+
+/*
+ * Try the acquire; if it fails, sleep until the lease may be free, or the
+ * deadline.  Returns true with *result when the lease was acquired.
+ */
+bool
+lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
+{
+	TimestampTz deadline;
+	ConditionVariable *cv = hoplock_wait_cv(req->name);
+	MemoryContext loop_context;
+	MemoryContext old;
+	long		poll_ms = POLL_FIRST_MS;
+	bool		acquired = false;
+
+	deadline = GetCurrentTimestamp();
+	if (pg_add_s64_overflow(deadline, timeout, &deadline) ||
+		!IS_VALID_TIMESTAMP(deadline))
+		deadline = DT_NOEND;
+
+	if (cv == NULL && !polling_notice_given)
+	{
+		ereport(NOTICE,
+				(errmsg("hoplock_wait is polling for lease changes"),
+				 errdetail("hoplock is not in shared_preload_libraries, so it cannot be woken when the lease is released."),
+				 errhint("Add hoplock to shared_preload_libraries and restart the server.")));
+		polling_notice_given = true;
+	}
+
+	loop_context = AllocSetContextCreate(CurrentMemoryContext,
+										 "hoplock_wait",
+										 ALLOCSET_SMALL_SIZES);
+	for (;;)
+	{
+		Lease		seen;
+		bool		found;
+		LeaseOutcome outcome;
+		TimestampTz now;
+		TimestampTz wake;
+		long		ms;
+
+		/* ready to sleep before looking, or a wake-up could be missed */
+		if (cv != NULL)
+			ConditionVariablePrepareToSleep(cv);
+
+		MemoryContextReset(loop_context);
+		old = MemoryContextSwitchTo(loop_context);
+		outcome = lease_cas(req, &seen, &found);
+		MemoryContextSwitchTo(old);
+		if (outcome == LEASE_DONE)
+		{
+			/* copy the result out of the loop's context */
+			*result = seen;
+			result->name = req->name;
+			result->owner = req->owner;
+			acquired = true;
+			break;
+		}
+
+		now = GetCurrentTimestamp();
+		if (now >= deadline)
+			break;
+
+		/* the holder's term lapses by itself: be there when it does */
+		wake = deadline;
+		if (found && lease_is_held(&seen, now))
+			wake = Min(wake, seen.expires_at);
+		ms = ms_until(now, wake);
+
+		if (cv != NULL)
+		{
+			ConditionVariableTimedSleep(cv, Min(ms, SLEEP_MAX_MS),
+										PG_WAIT_EXTENSION);
+		}
+		else
+		{
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Min(ms, poll_ms), PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			poll_ms = Min(poll_ms * 2, POLL_MAX_MS);
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	if (cv != NULL)
+		ConditionVariableCancelSleep();
+	MemoryContextDelete(loop_context);
+	return acquired;
+}
