@@ -12,7 +12,9 @@
  *		- requests to the launcher and workers (CREATE/DROP EXTENSION);
  *		- waking hoplock_wait sleepers of a lease whose term lock this
  *		  transaction held: at commit *and* at abort, since either way
- *		  the lease may now be had.
+ *		  the lease may now be had, and only once the locks are released
+ *		  (a resource-release callback after the lock phase), or the
+ *		  woken waiter would find the term lock still taken.
  *
  *		The list lives in TopTransactionContext.  A subtransaction that
  *		aborts drops the commit-only items it queued, as async.c drops its
@@ -28,6 +30,7 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 
 typedef enum PendingKind
 {
@@ -52,6 +55,9 @@ typedef struct Pending
 
 /* Newest first; reset at the end of every transaction */
 static Pending *pending = NULL;
+
+/* Wake-ups of the ending transaction, run after its locks are released */
+static Pending *wake_after_locks = NULL;
 
 static Pending *
 queue(PendingKind kind)
@@ -173,9 +179,16 @@ run_pending(bool committed)
 		pending = next;
 	}
 
-	for (Pending *item = oldest_first; item != NULL; item = item->next)
+	for (Pending *item = oldest_first, *next; item != NULL; item = next)
 	{
-		if (!committed && item->kind != PENDING_WAKE_WAITERS)
+		next = item->next;
+		if (item->kind == PENDING_WAKE_WAITERS)
+		{
+			item->next = wake_after_locks;
+			wake_after_locks = item;
+			continue;
+		}
+		if (!committed)
 			continue;
 		switch (item->kind)
 		{
@@ -195,10 +208,24 @@ run_pending(bool committed)
 				hoplock_stop_worker(item->dboid, STOP_EXTENSION_DROPPED);
 				break;
 			case PENDING_WAKE_WAITERS:
-				ConditionVariableBroadcast(hoplock_wait_cv(item->name));
 				break;
 		}
 	}
+}
+
+/*
+ * After the top-level transaction's locks are released: wake the waiters.
+ * TopTransactionContext, where the items live, is still there.
+ */
+static void
+resource_release_callback(ResourceReleasePhase phase, bool isCommit,
+						  bool isTopLevel, void *arg)
+{
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+		return;
+	for (Pending *item = wake_after_locks; item != NULL; item = item->next)
+		ConditionVariableBroadcast(hoplock_wait_cv(item->name));
+	wake_after_locks = NULL;
 }
 
 static void
@@ -217,7 +244,18 @@ xact_callback(XactEvent event, void *arg)
 			pending = NULL;
 			break;
 		case XACT_EVENT_PREPARE:
+			/*
+			 * A renewal that moved the expiry earlier can be prepared (term
+			 * changes cannot: they NOTIFY).  Its deadline is only a
+			 * reminder to look, so post it now.
+			 */
+			for (Pending *item = pending; item != NULL; item = item->next)
+			{
+				if (item->kind == PENDING_DEADLINE)
+					post_deadline(item);
+			}
 			pending = NULL;
+			wake_after_locks = NULL;
 			break;
 		default:
 			break;
@@ -254,4 +292,5 @@ hoplock_commit_init(void)
 {
 	RegisterXactCallback(xact_callback, NULL);
 	RegisterSubXactCallback(subxact_callback, NULL);
+	RegisterResourceReleaseCallback(resource_release_callback, NULL);
 }

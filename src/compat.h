@@ -87,6 +87,23 @@ GetWALInsertionTimeLine(void)
 #define MarkGUCPrefixReserved(prefix) EmitWarningsOnPlaceholders(prefix)
 #endif
 
+/* PostgreSQL 14 added readOnlyTree to ProcessUtility_hook. */
+#if PG_VERSION_NUM >= 140000
+#define HOPLOCK_UTILITY_ARGS \
+	PlannedStmt *pstmt, const char *queryString, bool readOnlyTree, \
+	ProcessUtilityContext context, ParamListInfo params, \
+	QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc
+#define HOPLOCK_UTILITY_CALL(fn) \
+	fn(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc)
+#else
+#define HOPLOCK_UTILITY_ARGS \
+	PlannedStmt *pstmt, const char *queryString, \
+	ProcessUtilityContext context, ParamListInfo params, \
+	QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc
+#define HOPLOCK_UTILITY_CALL(fn) \
+	fn(pstmt, queryString, context, params, queryEnv, dest, qc)
+#endif
+
 /* PostgreSQL 15 added InitMaterializedSRF; before, set-returning functions
  * built their tuplestore by hand. */
 #if PG_VERSION_NUM < 150000
@@ -114,6 +131,17 @@ InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags)
 	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
 	MemoryContextSwitchTo(old);
 }
+#endif
+
+/*
+ * Before PostgreSQL 15, a background worker had to deliver its own
+ * NOTIFYs after committing; since, CommitTransaction signals listeners.
+ */
+#if PG_VERSION_NUM < 150000
+#include "commands/async.h"
+#define hoplock_notify_after_commit() ProcessCompletedNotifies()
+#else
+#define hoplock_notify_after_commit() ((void) 0)
 #endif
 
 /* PostgreSQL 17 added infinite intervals. */

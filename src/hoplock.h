@@ -15,6 +15,7 @@
 #include "access/transam.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "port/atomics.h"
 #include "storage/buf.h"
 #include "storage/condition_variable.h"
 #include "storage/itemptr.h"
@@ -143,7 +144,7 @@ extern void lease_fetch(LeaseTable *table, text *name, Snapshot snapshot,
 						LeaseVersion *version);
 extern void lease_version_release(LeaseVersion *version);
 extern bool lease_table_exists(void);
-extern void lease_scan(void (*callback) (const Lease *lease, void *arg),
+extern void lease_scan(bool (*callback) (const Lease *lease, void *arg),
 					   void *arg);
 extern void lease_insert(LeaseTable *table, Lease *lease);
 extern TM_Result lease_update(LeaseTable *table, ItemPointer otid,
@@ -236,7 +237,8 @@ typedef enum HoplockStopReason
 {
 	STOP_NONE = 0,
 	STOP_EXTENSION_DROPPED,
-	STOP_DATABASE_DROPPED,
+	STOP_DATABASE_BUSY,			/* being dropped, copied, renamed or moved:
+								 * it must have no sessions */
 	STOP_NOT_WANTED				/* hoplock.databases no longer lists it */
 } HoplockStopReason;
 
@@ -244,6 +246,7 @@ typedef struct HoplockDbSlot
 {
 	slock_t		mutex;			/* protects the fields below but dboid */
 	Oid			dboid;			/* under HoplockShared.mutex; 0: free */
+	uint32		generation;		/* of the worker started in it last */
 	HoplockWorkerState state;
 	pid_t		pid;
 	Latch	   *latch;
@@ -265,7 +268,6 @@ typedef struct HoplockDbSlot
 
 typedef struct HoplockShared
 {
-	TimestampTz init_time;		/* sessions older than this are gone */
 	slock_t		mutex;			/* slot allocation, launcher fields */
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch;
@@ -274,11 +276,21 @@ typedef struct HoplockShared
 	Oid			requests[16];	/* databases that just got the extension */
 	int			nslots;
 	int			queue_size;
+	int			nprocs;			/* entries of sessions[] */
+	pg_atomic_uint64 *sessions; /* per PGPROC: start time of a backend that
+								 * bound a term, 0 otherwise */
 	ConditionVariable waitcv[HOPLOCK_WAIT_BUCKETS];
 	HoplockDbSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } HoplockShared;
 
 extern HoplockShared *hoplock_shared;
+
+/* What the launcher hands a worker in bgw_extra */
+typedef struct HoplockWorkerArg
+{
+	Oid			dboid;
+	uint32		generation;		/* must match its slot's */
+} HoplockWorkerArg;
 
 extern void hoplock_shmem_init(void);
 extern HoplockDbSlot *hoplock_slot_for(Oid dboid);
@@ -288,6 +300,9 @@ extern bool hoplock_take(HoplockDbSlot *slot, HoplockMessage *msg,
 extern ConditionVariable *hoplock_wait_cv(text *name);
 extern void hoplock_wake_launcher(Oid dboid);
 extern void hoplock_stop_worker(Oid dboid, HoplockStopReason reason);
+extern void hoplock_session_register(void);
+extern void hoplock_session_unregister(void);
+extern bool hoplock_session_alive(int32 pid, TimestampTz start);
 
 /* ---------------------------------------------------------------------
  * launcher.c, worker.c: the background workers

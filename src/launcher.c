@@ -13,14 +13,17 @@
  *		"absent", and the launcher remembers.  It looks again when:
  *
  *		- CREATE EXTENSION hoplock commits (the install script asks it to),
- *		- CREATE DATABASE commits (object access hook),
+ *		- CREATE DATABASE ends (ProcessUtility hook),
  *		- hoplock.databases changes (SIGHUP),
  *		- every hoplock.naptime, as a safety net.
  *
- *		DROP EXTENSION hoplock stops the database's worker when it
- *		commits.  DROP DATABASE stops it at once, from the dropping
- *		backend's object access hook, before the drop checks for other
- *		sessions in the database, so the worker never blocks the drop.
+ *		DROP EXTENSION hoplock stops the database's worker when it commits
+ *		(object access hook).  DROP DATABASE, CREATE DATABASE from it as a
+ *		template, ALTER DATABASE RENAME and SET TABLESPACE refuse while
+ *		any session is connected to the database: the ProcessUtility hook
+ *		stops its worker before the statement runs, and has the launcher
+ *		start it again when the statement is over, so the worker never
+ *		gets in their way.
  *
  *-------------------------------------------------------------------------
  */
@@ -36,13 +39,17 @@
 #include "catalog/objectaccess.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_extension.h"
+#include "commands/dbcommands.h"
+#include "commands/defrem.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "tcop/tcopprot.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -55,20 +62,26 @@ typedef struct KnownDatabase
 {
 	Oid			dboid;			/* hash key */
 	bool		absent;			/* its worker found no extension */
+	TimestampTz requested_at;	/* last asked to serve it (CREATE
+								 * EXTENSION...): an "absent" from a worker
+								 * started before that does not count */
 	bool		seen;			/* in the latest list of databases */
 	bool		wanted;			/* allowed by hoplock.databases */
 	char		name[NAMEDATALEN];
 } KnownDatabase;
 
-/* How long a worker stopped for DROP DATABASE waits to be restarted, in
- * case the drop failed */
-#define DROP_GRACE_US	(10 * USECS_PER_SEC)
+/* How long a worker stopped for a statement that needs its database alone
+ * stays stopped if nobody says the statement is over */
+#define BUSY_GRACE_US	(60 * USECS_PER_SEC)
 
 static HTAB *known = NULL;
+static Oid *requested_dbs = NULL;
+static int	nrequested_dbs = 0;
 static BackgroundWorkerHandle **handles = NULL;
 static bool slots_full_reported = false;
 
 static object_access_hook_type prev_object_access_hook = NULL;
+static ProcessUtility_hook_type prev_utility_hook = NULL;
 
 /* ---------------------------------------------------------------------
  * Registration and hooks (every backend)
@@ -98,20 +111,100 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId,
 	if (prev_object_access_hook)
 		prev_object_access_hook(access, classId, objectId, subId, arg);
 
-	if (hoplock_shared == NULL || subId != 0)
-		return;
-
-	if (access == OAT_DROP && classId == DatabaseRelationId)
-		hoplock_stop_worker(objectId, STOP_DATABASE_DROPPED);
-	else if (access == OAT_DROP && classId == ExtensionRelationId)
+	/* DROP EXTENSION hoplock, or a DROP ... CASCADE that takes it along */
+	if (hoplock_shared != NULL && access == OAT_DROP &&
+		classId == ExtensionRelationId && subId == 0)
 	{
 		char	   *name = get_extension_name(objectId);
 
 		if (name != NULL && strcmp(name, "hoplock") == 0)
 			at_commit_stop_worker(MyDatabaseId);
 	}
-	else if (access == OAT_POST_CREATE && classId == DatabaseRelationId)
-		at_commit_wake_launcher(objectId);
+}
+
+static Oid
+database_oid_of(const char *name)
+{
+	return name != NULL ? get_database_oid(name, true) : InvalidOid;
+}
+
+/*
+ * The database a utility statement needs free of other sessions, if any:
+ * DROP DATABASE, CREATE DATABASE's template, ALTER DATABASE ... RENAME and
+ * ALTER DATABASE ... SET TABLESPACE all refuse while any session,
+ * hoplock's worker included, is connected to it.
+ */
+static Oid
+database_needed_alone(Node *stmt)
+{
+	ListCell   *lc;
+
+	switch (nodeTag(stmt))
+	{
+		case T_DropdbStmt:
+			return database_oid_of(((DropdbStmt *) stmt)->dbname);
+		case T_CreatedbStmt:
+			foreach(lc, ((CreatedbStmt *) stmt)->options)
+			{
+				DefElem    *opt = (DefElem *) lfirst(lc);
+
+				if (strcmp(opt->defname, "template") == 0)
+					return database_oid_of(defGetString(opt));
+			}
+			return database_oid_of("template1");
+		case T_RenameStmt:
+			if (((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
+				return database_oid_of(((RenameStmt *) stmt)->subname);
+			return InvalidOid;
+		case T_AlterDatabaseStmt:
+			foreach(lc, ((AlterDatabaseStmt *) stmt)->options)
+			{
+				DefElem    *opt = (DefElem *) lfirst(lc);
+
+				if (strcmp(opt->defname, "tablespace") == 0)
+					return database_oid_of(((AlterDatabaseStmt *) stmt)->dbname);
+			}
+			return InvalidOid;
+		default:
+			return InvalidOid;
+	}
+}
+
+/*
+ * Stop the worker of a database that a statement needs alone, before the
+ * statement checks for other sessions; afterwards, whether it worked or
+ * not, have the launcher look at that database again (and at the one
+ * CREATE DATABASE made).
+ */
+static void
+utility(HOPLOCK_UTILITY_ARGS)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+	Oid			alone = InvalidOid;
+
+	if (hoplock_shared != NULL)
+	{
+		alone = database_needed_alone(stmt);
+		if (OidIsValid(alone))
+			hoplock_stop_worker(alone, STOP_DATABASE_BUSY);
+	}
+
+	PG_TRY();
+	{
+		if (prev_utility_hook)
+			HOPLOCK_UTILITY_CALL(prev_utility_hook);
+		else
+			HOPLOCK_UTILITY_CALL(standard_ProcessUtility);
+	}
+	PG_FINALLY();
+	{
+		if (OidIsValid(alone))
+			hoplock_wake_launcher(alone);
+	}
+	PG_END_TRY();
+
+	if (hoplock_shared != NULL && IsA(stmt, CreatedbStmt))
+		hoplock_wake_launcher(database_oid_of(((CreatedbStmt *) stmt)->dbname));
 }
 
 void
@@ -119,6 +212,8 @@ hoplock_install_hooks(void)
 {
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_access;
+	prev_utility_hook = ProcessUtility_hook;
+	ProcessUtility_hook = utility;
 }
 
 /* ---------------------------------------------------------------------
@@ -197,6 +292,19 @@ read_databases(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/* Has the worker of slot i exited? */
+static bool
+worker_gone(int i)
+{
+	pid_t		pid;
+
+	if (handles[i] != NULL)
+		return GetBackgroundWorkerPid(handles[i], &pid) == BGWH_STOPPED;
+	/* started by an earlier launcher: trust the slot */
+	return hoplock_shared->slots[i].pid == 0;
+}
+
+/* Free slot i; its worker must have exited. */
 static void
 free_slot(int i)
 {
@@ -204,7 +312,6 @@ free_slot(int i)
 
 	if (handles[i] != NULL)
 	{
-		TerminateBackgroundWorker(handles[i]);
 		pfree(handles[i]);
 		handles[i] = NULL;
 	}
@@ -223,7 +330,19 @@ free_slot(int i)
 	slot->last_lag = 0;
 	slot->next_expiry = 0;
 	slot->last_wakeup = 0;
+	slot->started_at = 0;
 	SpinLockRelease(&slot->mutex);
+}
+
+static bool
+requested_now(Oid dboid)
+{
+	for (int i = 0; i < nrequested_dbs; i++)
+	{
+		if (requested_dbs[i] == dboid)
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -243,6 +362,7 @@ harvest_slots(void)
 		HoplockWorkerState state;
 		HoplockStopReason stop;
 		TimestampTz stop_at;
+		TimestampTz started_at;
 		pid_t		pid;
 
 		if (!OidIsValid(dboid))
@@ -251,30 +371,45 @@ harvest_slots(void)
 		state = slot->state;
 		stop = slot->stop;
 		stop_at = slot->stop_requested_at;
+		started_at = slot->started_at;
 		pid = slot->pid;
 		SpinLockRelease(&slot->mutex);
 		db = hash_search(known, &dboid, HASH_FIND, NULL);
 
 		if (db == NULL || !db->seen)
 		{
-			/* the database is gone */
-			free_slot(i);
-			if (db != NULL)
-				hash_search(known, &dboid, HASH_REMOVE, NULL);
-		}
-		else if (state == WORKER_ABSENT)
-		{
-			db->absent = true;
-			free_slot(i);
-		}
-		else if (state == WORKER_STOPPED)
-		{
-			/* after a failed DROP DATABASE, wait a little first */
-			if (stop != STOP_DATABASE_DROPPED || now - stop_at > DROP_GRACE_US)
+			/* the database is gone; so is its worker, or it soon will be */
+			if (handles[i] != NULL)
+				TerminateBackgroundWorker(handles[i]);
+			if (worker_gone(i))
+			{
 				free_slot(i);
+				if (db != NULL)
+					hash_search(known, &dboid, HASH_REMOVE, NULL);
+			}
+			continue;
+		}
+
+		if (state == WORKER_ABSENT || state == WORKER_STOPPED)
+		{
+			if (!worker_gone(i))
+				continue;
+			if (state == WORKER_ABSENT)
+				db->absent = (db->requested_at <= started_at);
+			else if (stop == STOP_EXTENSION_DROPPED)
+				db->absent = (db->requested_at <= stop_at);
+			else if (stop == STOP_DATABASE_BUSY &&
+					 !requested_now(dboid) && now - stop_at < BUSY_GRACE_US)
+				continue;		/* the statement that wanted it is running */
+			free_slot(i);
 		}
 		else if (!db->wanted && stop == STOP_NONE && pid != 0)
 			hoplock_stop_worker(dboid, STOP_NOT_WANTED);
+
+		/*
+		 * Any other state with no process: the worker failed, and the
+		 * postmaster restarts it after bgw_restart_time.
+		 */
 	}
 }
 
@@ -293,6 +428,7 @@ static void
 start_worker(KnownDatabase *db)
 {
 	BackgroundWorker worker;
+	HoplockWorkerArg arg;
 	int			slotno = -1;
 
 	SpinLockAcquire(&hoplock_shared->mutex);
@@ -323,6 +459,8 @@ start_worker(KnownDatabase *db)
 	SpinLockAcquire(&hoplock_shared->slots[slotno].mutex);
 	hoplock_shared->slots[slotno].state = WORKER_STARTING;
 	hoplock_shared->slots[slotno].stop = STOP_NONE;
+	arg.dboid = db->dboid;
+	arg.generation = ++hoplock_shared->slots[slotno].generation;
 	SpinLockRelease(&hoplock_shared->slots[slotno].mutex);
 
 	memset(&worker, 0, sizeof(worker));
@@ -336,7 +474,7 @@ start_worker(KnownDatabase *db)
 			 db->name);
 	snprintf(worker.bgw_type, BGW_MAXLEN, "hoplock worker");
 	worker.bgw_main_arg = Int32GetDatum(slotno);
-	memcpy(worker.bgw_extra, &db->dboid, sizeof(Oid));
+	memcpy(worker.bgw_extra, &arg, sizeof(arg));
 	worker.bgw_notify_pid = MyProcPid;
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handles[slotno]))
@@ -365,13 +503,19 @@ reconcile(Oid *requested, int nrequested, bool rescan_all)
 	KnownDatabase *db;
 
 	read_databases();
+	requested_dbs = requested;
+	nrequested_dbs = nrequested;
 	for (int i = 0; i < nrequested; i++)
 	{
 		db = hash_search(known, &requested[i], HASH_FIND, NULL);
 		if (db != NULL)
+		{
+			db->requested_at = GetCurrentTimestamp();
 			db->absent = false;
+		}
 	}
 	harvest_slots();
+	nrequested_dbs = 0;
 
 	hash_seq_init(&status, known);
 	while ((db = hash_seq_search(&status)) != NULL)
@@ -388,8 +532,9 @@ hoplock_launcher_main(Datum arg)
 {
 	HASHCTL		ctl;
 
+	/* SIGTERM: exit with code 1, so the postmaster restarts the launcher */
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
@@ -403,13 +548,12 @@ hoplock_launcher_main(Datum arg)
 	handles = MemoryContextAllocZero(TopMemoryContext,
 									 hoplock_shared->nslots * sizeof(BackgroundWorkerHandle *));
 
-	/* slots left by a launcher that exited are ours now */
-	for (int i = 0; i < hoplock_shared->nslots; i++)
-	{
-		if (OidIsValid(hoplock_shared->slots[i].dboid) &&
-			hoplock_shared->slots[i].pid == 0)
-			free_slot(i);
-	}
+	/*
+	 * Slots left by a launcher that exited stay with their workers; a slot
+	 * whose worker is gone is harvested as usual.  A worker the postmaster
+	 * restarts into a slot given away meanwhile sees the generation changed
+	 * and leaves.
+	 */
 
 	SpinLockAcquire(&hoplock_shared->mutex);
 	hoplock_shared->launcher_pid = MyProcPid;
@@ -426,8 +570,6 @@ hoplock_launcher_main(Datum arg)
 		bool		rescan_all;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ShutdownRequestPending)
-			break;
 
 		SpinLockAcquire(&hoplock_shared->mutex);
 		nrequested = hoplock_shared->nrequests;
@@ -457,5 +599,4 @@ hoplock_launcher_main(Datum arg)
 						 hoplock_naptime * 1000L, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
-	proc_exit(0);
 }

@@ -449,7 +449,11 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 	}
 	if (req->session_bound &&
 		(action == ACTION_NEW_TERM || action == ACTION_EXTEND))
+	{
+		/* registered before the binding commits, so never seen unbound */
+		hoplock_session_register();
 		at_commit_bind_session(written->name);
+	}
 }
 
 /*
@@ -555,17 +559,17 @@ lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 			 (int) tm, text_to_cstring(req->name));
 	}
 
+	/*
+	 * A term change wakes the lease's waiters when its transaction ends.  A
+	 * call that took the term lock but changed nothing hands it back; the
+	 * waiters it kept out are woken by whoever changed the lease instead.
+	 */
 	if (term_locked)
 	{
 		if (outcome == LEASE_DONE)
 			at_end_wake_waiters(req->name);
 		else
-		{
-			/* hand the lock back, and wake whoever it kept out */
 			release_term_lock(req->name, ExclusiveLock);
-			if (hoplock_shared != NULL)
-				ConditionVariableBroadcast(hoplock_wait_cv(req->name));
-		}
 	}
 	lease_table_close(&table, true);
 	return outcome;

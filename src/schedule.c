@@ -288,3 +288,9 @@ schedule_set_horizon(Schedule *s, TimestampTz horizon)
 {
 	s->horizon = horizon;
 }
+
+void
+schedule_set_capacity(Schedule *s, int capacity)
+{
+	s->capacity = capacity;
+}

@@ -9,12 +9,15 @@
  *		commits) and, from a before_shmem_exit callback, ends those terms
  *		itself in one last transaction, as PostgreSQL drops temporary
  *		tables.  That covers a disconnect, a client that dies, and
- *		pg_terminate_backend.  If that transaction cannot end a term (the
- *		lease is fenced, or being changed, or the last transaction fails),
- *		the backend leaves a message for the expiry worker, which keeps
- *		trying.  A backend that crashes takes the server through a
- *		crash-restart; the worker then ends every term bound to a session
- *		older than the restart.
+ *		pg_terminate_backend.  It also tells the expiry worker, which
+ *		keeps trying whatever that transaction could not end (the lease
+ *		fenced, or being changed, or the transaction failing).
+ *
+ *		A backend registers itself in shared memory before its first
+ *		binding can commit; the worker treats a row bound to a session
+ *		that is not registered as ended.  A backend that crashes takes the
+ *		server through a crash-restart, which empties the registry, so the
+ *		worker then ends every term bound to a session from before.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,6 +31,7 @@
 #include "nodes/pg_list.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -53,53 +57,57 @@ leave_to_worker(text *name)
 
 /*
  * before_shmem_exit callback: end the terms still bound to this session.
- * Any transaction this backend was in has to go first, as in
- * RemoveTempRelationsCallback.
+ *
+ * First tell the worker, whose compare-and-swap does nothing for a term
+ * that is no longer bound to this session: an error in the transaction
+ * below turns into FATAL this late, and nothing after it would run.  Then
+ * end them here, at once.  Any transaction this backend was in has to go
+ * first, as in RemoveTempRelationsCallback; and this last transaction must
+ * not depend on the session's settings, nor wait for a standby (interrupts
+ * are held: nothing could cancel the wait).
  */
 static void
 end_bound_terms(int code, Datum arg)
 {
 	ListCell   *lc;
-	bool		done = false;
-	List	   *left = NIL;
 
 	if (bound_names == NIL || !OidIsValid(MyDatabaseId))
+	{
+		hoplock_session_unregister();
 		return;
-
-	PG_TRY();
-	{
-		AbortOutOfAnyTransaction();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		foreach(lc, bound_names)
-		{
-			LeaseRequest req = {0};
-			Lease		result;
-			bool		found;
-
-			req.op = LEASE_OP_SESSION_END;
-			req.fn = "hoplock session exit";
-			req.name = (text *) lfirst(lc);
-			req.session_pid = MyProcPid;
-			req.session_start = MyStartTimestamp;
-			if (lease_cas(&req, &result, &found) == LEASE_CONTENDED)
-				left = lappend(left, req.name);
-		}
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		done = true;
 	}
-	PG_CATCH();
-	{
-		EmitErrorReport();
-		FlushErrorState();
-		AbortOutOfAnyTransaction();
-	}
-	PG_END_TRY();
 
-	foreach(lc, done ? left : bound_names)
+	foreach(lc, bound_names)
 		leave_to_worker((text *) lfirst(lc));
+
+	AbortOutOfAnyTransaction();
+	SetConfigOption("default_transaction_read_only", "off",
+					PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("synchronous_commit", "local",
+					PGC_SUSET, PGC_S_OVERRIDE);
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	foreach(lc, bound_names)
+	{
+		LeaseRequest req = {0};
+		Lease		result;
+		bool		found;
+
+		req.op = LEASE_OP_SESSION_END;
+		req.fn = "hoplock session exit";
+		req.name = (text *) lfirst(lc);
+		req.session_pid = MyProcPid;
+		req.session_start = MyStartTimestamp;
+		(void) lease_cas(&req, &result, &found);
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	hoplock_notify_after_commit();
+
 	bound_names = NIL;
+	hoplock_session_unregister();
 }
 
 /*

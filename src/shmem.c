@@ -27,9 +27,15 @@
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "access/twophase.h"
+#include "postmaster/autovacuum.h"
+#include "postmaster/bgworker_internals.h"
+#include "replication/walsender.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
@@ -40,18 +46,42 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 
+/* Entries of PGPROC's allProcs array, as proc.c counts them. */
+static int
+total_procs(void)
+{
+#if PG_VERSION_NUM >= 150000
+	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+#else
+	/* MaxBackends is not computed yet when _PG_init asks for shmem */
+	return MaxConnections + autovacuum_max_workers + 1 +
+		max_worker_processes + max_wal_senders +
+		NUM_AUXILIARY_PROCS + max_prepared_xacts;
+#endif
+}
+
+static Size
+rings_offset(void)
+{
+	return MAXALIGN(add_size(offsetof(HoplockShared, slots),
+							 mul_size(hoplock_max_databases,
+									  sizeof(HoplockDbSlot))));
+}
+
+static Size
+sessions_offset(void)
+{
+	return MAXALIGN(add_size(rings_offset(),
+							 mul_size(mul_size(hoplock_max_databases,
+											   hoplock_queue_size),
+									  sizeof(HoplockMessage))));
+}
+
 static Size
 shared_size(void)
 {
-	Size		size;
-
-	size = add_size(offsetof(HoplockShared, slots),
-					mul_size(hoplock_max_databases, sizeof(HoplockDbSlot)));
-	size = MAXALIGN(size);
-	size = add_size(size, mul_size(mul_size(hoplock_max_databases,
-											hoplock_queue_size),
-								   sizeof(HoplockMessage)));
-	return size;
+	return add_size(sessions_offset(),
+					mul_size(total_procs(), sizeof(pg_atomic_uint64)));
 }
 
 #if PG_VERSION_NUM >= 150000
@@ -79,15 +109,17 @@ shmem_startup(void)
 		char	   *rings;
 
 		memset(hoplock_shared, 0, shared_size());
-		hoplock_shared->init_time = GetCurrentTimestamp();
 		SpinLockInit(&hoplock_shared->mutex);
 		for (int i = 0; i < HOPLOCK_WAIT_BUCKETS; i++)
 			ConditionVariableInit(&hoplock_shared->waitcv[i]);
 		hoplock_shared->nslots = hoplock_max_databases;
 		hoplock_shared->queue_size = hoplock_queue_size;
-		rings = (char *) hoplock_shared +
-			MAXALIGN(offsetof(HoplockShared, slots) +
-					 hoplock_max_databases * sizeof(HoplockDbSlot));
+		hoplock_shared->nprocs = total_procs();
+		hoplock_shared->sessions = (pg_atomic_uint64 *)
+			((char *) hoplock_shared + sessions_offset());
+		for (int i = 0; i < hoplock_shared->nprocs; i++)
+			pg_atomic_init_u64(&hoplock_shared->sessions[i], 0);
+		rings = (char *) hoplock_shared + rings_offset();
 		for (int i = 0; i < hoplock_max_databases; i++)
 		{
 			HoplockDbSlot *slot = &hoplock_shared->slots[i];
@@ -239,4 +271,50 @@ hoplock_stop_worker(Oid dboid, HoplockStopReason reason)
 	SpinLockRelease(&slot->mutex);
 	if (latch != NULL)
 		SetLatch(latch);
+}
+
+/*
+ * Sessions that bound a term.  A backend registers itself (its start time,
+ * in the entry of its PGPROC) before its first binding can commit, and
+ * unregisters when it has ended its terms at exit; the worker asks whether
+ * the session a row names is still there.  Shared memory starts empty, so
+ * after a crash-restart, or on a promoted standby, no session of before is.
+ */
+static int
+my_proc_index(PGPROC *proc)
+{
+	return (int) (proc - ProcGlobal->allProcs);
+}
+
+void
+hoplock_session_register(void)
+{
+	if (hoplock_shared == NULL || MyProc == NULL)
+		return;
+	pg_atomic_write_u64(&hoplock_shared->sessions[my_proc_index(MyProc)],
+						(uint64) MyStartTimestamp);
+}
+
+void
+hoplock_session_unregister(void)
+{
+	if (hoplock_shared == NULL || MyProc == NULL)
+		return;
+	pg_atomic_write_u64(&hoplock_shared->sessions[my_proc_index(MyProc)], 0);
+}
+
+bool
+hoplock_session_alive(int32 pid, TimestampTz start)
+{
+	PGPROC	   *proc;
+	int			i;
+
+	if (hoplock_shared == NULL)
+		return true;			/* cannot tell: leave it to the ttl */
+	proc = BackendPidGetProc(pid);
+	if (proc == NULL)
+		return false;
+	i = my_proc_index(proc);
+	return i >= 0 && i < hoplock_shared->nprocs &&
+		pg_atomic_read_u64(&hoplock_shared->sessions[i]) == (uint64) start;
 }

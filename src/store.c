@@ -538,11 +538,11 @@ lease_table_exists(void)
 
 /*
  * Call "callback" for every row the active snapshot sees (the worker's
- * full scan).  The Lease passed points into the callback's own memory only
+ * full scan), until it returns false.  The Lease passed points into the callback's own memory only
  * for the duration of the call.
  */
 void
-lease_scan(void (*callback) (const Lease *lease, void *arg), void *arg)
+lease_scan(bool (*callback) (const Lease *lease, void *arg), void *arg)
 {
 	LeaseTable	table;
 	TableScanDesc scan;
@@ -558,13 +558,16 @@ lease_scan(void (*callback) (const Lease *lease, void *arg), void *arg)
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 	{
 		Lease		lease;
+		bool		keep_going;
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(row_context);
 		old = MemoryContextSwitchTo(row_context);
 		lease_from_slot(slot, &lease);
-		callback(&lease, arg);
+		keep_going = callback(&lease, arg);
 		MemoryContextSwitchTo(old);
+		if (!keep_going)
+			break;
 	}
 	MemoryContextDelete(row_context);
 	table_endscan(scan);

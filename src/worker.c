@@ -6,7 +6,8 @@
  *		deadline, then, for each lease due, reads the row and either
  *		announces the lapsed term ("expired", through the same
  *		compare-and-swap as every call) or, if the term was renewed,
- *		schedules it again at its new expiry.
+ *		schedules it again at its new expiry.  It also ends the
+ *		session-bound terms of sessions that are gone.
  *
  *		Deadlines come from backends through the slot's mailbox (see
  *		shmem.c): a new term, or a renewal that moves the expiry earlier,
@@ -17,10 +18,15 @@
  *		the mailbox overflowed, and when the schedule reaches its horizon.
  *		No index on expires_at is needed, so renewals stay HOT.
  *
+ *		The mailbox is read before each round's snapshot is taken: a
+ *		message is posted after its transaction committed, so the round
+ *		sees every term it was told of, even when it rescans.
+ *
  *		Work is done in short transactions, at most BATCH leases each.
  *		The loop is worker_spi's: latch, SIGHUP reload, SIGTERM exits
- *		cleanly (code 0: not restarted), an ERROR exits with code 1 and the
- *		postmaster restarts it after bgw_restart_time.
+ *		cleanly (code 0: not restarted by the postmaster; the launcher
+ *		decides), an ERROR exits with code 1 and the postmaster restarts
+ *		it after bgw_restart_time.
  *
  *-------------------------------------------------------------------------
  */
@@ -31,6 +37,7 @@
 #include "schedule.h"
 
 #include "access/xact.h"
+#include "commands/async.h"
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -40,6 +47,7 @@
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -58,26 +66,46 @@ typedef struct SessionEnd
 	TimestampTz start;
 } SessionEnd;
 
-static int	my_slotno;
 static HoplockDbSlot *my_slot;
+static HoplockWorkerArg my_arg;
 static char *my_dbname;
 static Schedule *schedule;
 static List *session_ends = NIL;	/* of SessionEnd, in TopMemoryContext */
 static bool need_scan = true;
 
+/* Is this slot still ours (the launcher may have given it to a successor)? */
+static bool
+slot_is_mine(void)
+{
+	return my_slot->dboid == my_arg.dboid &&
+		my_slot->generation == my_arg.generation;
+}
+
 static void
 set_state(HoplockWorkerState state)
 {
 	SpinLockAcquire(&my_slot->mutex);
-	my_slot->state = state;
+	if (slot_is_mine())
+		my_slot->state = state;
 	SpinLockRelease(&my_slot->mutex);
+}
+
+static bool
+stop_requested(void)
+{
+	HoplockStopReason stop;
+
+	SpinLockAcquire(&my_slot->mutex);
+	stop = slot_is_mine() ? my_slot->stop : STOP_NOT_WANTED;
+	SpinLockRelease(&my_slot->mutex);
+	return stop != STOP_NONE || ShutdownRequestPending;
 }
 
 static void
 detach(int code, Datum arg)
 {
 	SpinLockAcquire(&my_slot->mutex);
-	if (my_slot->pid == MyProcPid)
+	if (slot_is_mine() && my_slot->pid == MyProcPid)
 	{
 		my_slot->pid = 0;
 		my_slot->latch = NULL;
@@ -92,9 +120,21 @@ static void
 remember_session_end(const char *name, int namelen, int32 pid,
 					 TimestampTz start)
 {
-	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-	SessionEnd *end = palloc(sizeof(SessionEnd));
+	MemoryContext old;
+	SessionEnd *end;
+	ListCell   *lc;
 
+	foreach(lc, session_ends)
+	{
+		end = (SessionEnd *) lfirst(lc);
+		if (end->pid == pid && end->start == start &&
+			VARSIZE_ANY_EXHDR(end->name) == namelen &&
+			memcmp(VARDATA_ANY(end->name), name, namelen) == 0)
+			return;
+	}
+
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	end = palloc(sizeof(SessionEnd));
 	end->name = cstring_to_text_with_len(name, namelen);
 	end->pid = pid;
 	end->start = start;
@@ -108,44 +148,52 @@ remember_session_end(const char *name, int namelen, int32 pid,
  */
 typedef struct FullScan
 {
-	TimestampTz sessions_before;	/* sessions older than this are gone */
 	TimestampTz horizon;		/* second pass: only deadlines before this */
-	int64		count;			/* terms seen */
 	int64		ndeadlines;
 	int64		maxdeadlines;
 	TimestampTz *deadlines;		/* first pass: every deadline */
+	int64		rows;
+	bool		stopped;
 } FullScan;
 
-static void
+static bool
 scan_row(const Lease *lease, void *arg)
 {
-	FullScan  *state = (FullScan *) arg;
+	FullScan   *scan = (FullScan *) arg;
+
+	/* DROP DATABASE waits only 5 s for us: look up now and then */
+	if (++scan->rows % 1000 == 0 && stop_requested())
+	{
+		scan->stopped = true;
+		return false;
+	}
 
 	if (lease->state != LEASE_STATE_HELD)
-		return;
+		return true;
 
-	/* a term bound to a session that no longer exists */
-	if (state->deadlines != NULL && lease->session_pid != 0 &&
-		lease->session_start < state->sessions_before)
+	/* a term bound to a session that is gone (first pass only) */
+	if (scan->deadlines != NULL && lease->session_pid != 0 &&
+		!hoplock_session_alive(lease->session_pid, lease->session_start))
 		remember_session_end(VARDATA_ANY(lease->name),
 							 VARSIZE_ANY_EXHDR(lease->name),
 							 lease->session_pid, lease->session_start);
 
-	if (lease->expires_at >= state->horizon)
-		return;
+	if (lease->expires_at >= scan->horizon)
+		return true;
 	schedule_add(schedule, VARDATA_ANY(lease->name),
 				 VARSIZE_ANY_EXHDR(lease->name), lease->expires_at);
 
-	if (state->deadlines != NULL)
+	if (scan->deadlines != NULL)
 	{
-		if (state->ndeadlines == state->maxdeadlines)
+		if (scan->ndeadlines == scan->maxdeadlines)
 		{
-			state->maxdeadlines *= 2;
-			state->deadlines = repalloc_huge(state->deadlines,
-											 state->maxdeadlines * sizeof(TimestampTz));
+			scan->maxdeadlines *= 2;
+			scan->deadlines = repalloc_huge(scan->deadlines,
+											scan->maxdeadlines * sizeof(TimestampTz));
 		}
-		state->deadlines[state->ndeadlines++] = lease->expires_at;
+		scan->deadlines[scan->ndeadlines++] = lease->expires_at;
 	}
+	return true;
 }
 
 static int
@@ -159,60 +207,93 @@ compare_timestamps(const void *a, const void *b)
 
 /*
  * Read the whole table into the schedule.  If there are more running terms
- * than the schedule holds, keep the earliest ones: a second pass takes
- * those before the horizon, the capacity-th deadline.
+ * than the schedule holds, keep the earliest: a second pass takes every
+ * deadline up to the capacity-th one (ties included, so that the horizon,
+ * the next larger deadline, is always ahead of what is kept).
  */
 static void
 full_scan(void)
 {
-	FullScan	state;
+	FullScan	scan;
 
 	set_state(WORKER_SCANNING);
 	schedule_reset(schedule, hoplock_max_tracked);
 
-	memset(&state, 0, sizeof(state));
-	state.sessions_before = hoplock_shared->init_time;
-	state.horizon = DT_NOEND;
-	state.maxdeadlines = 1024;
-	state.deadlines = palloc(state.maxdeadlines * sizeof(TimestampTz));
-	lease_scan(scan_row, &state);
+	memset(&scan, 0, sizeof(scan));
+	scan.horizon = DT_NOEND;
+	scan.maxdeadlines = 1024;
+	scan.deadlines = palloc(scan.maxdeadlines * sizeof(TimestampTz));
+	lease_scan(scan_row, &scan);
 
-	if (state.ndeadlines > hoplock_max_tracked)
+	if (!scan.stopped && scan.ndeadlines > hoplock_max_tracked)
 	{
-		qsort(state.deadlines, state.ndeadlines, sizeof(TimestampTz),
+		TimestampTz last_kept;
+		int64		i;
+
+		qsort(scan.deadlines, scan.ndeadlines, sizeof(TimestampTz),
 			  compare_timestamps);
-		state.horizon = state.deadlines[hoplock_max_tracked - 1];
-		schedule_reset(schedule, hoplock_max_tracked);
-		schedule_set_horizon(schedule, state.horizon);
-		pfree(state.deadlines);
-		state.deadlines = NULL;
-		lease_scan(scan_row, &state);
+		last_kept = scan.deadlines[hoplock_max_tracked - 1];
+		for (i = hoplock_max_tracked; i < scan.ndeadlines; i++)
+			if (scan.deadlines[i] > last_kept)
+				break;
+		scan.horizon = (i < scan.ndeadlines) ? scan.deadlines[i] : DT_NOEND;
+
+		schedule_reset(schedule, INT_MAX);
+		schedule_set_horizon(schedule, scan.horizon);
+		pfree(scan.deadlines);
+		scan.deadlines = NULL;
+		lease_scan(scan_row, &scan);
+		schedule_set_capacity(schedule, hoplock_max_tracked);
 	}
-	else
-		pfree(state.deadlines);
-	need_scan = false;
+	if (scan.deadlines != NULL)
+		pfree(scan.deadlines);
+	need_scan = scan.stopped;
 }
 
 /* ---------------------------------------------------------------------
  * One round: read the mailbox, look at what is due
  * ---------------------------------------------------------------------
  */
-static void
-read_mailbox(void)
+
+/*
+ * Take every message from the mailbox into "msgs" (palloc'd in the current
+ * context); returns how many.
+ */
+static int
+read_mailbox(HoplockMessage **msgs)
 {
 	HoplockMessage msg;
 	bool		overflowed = false;
+	int			n = 0;
+	int			max = 16;
 
+	*msgs = palloc(max * sizeof(HoplockMessage));
 	while (hoplock_take(my_slot, &msg, &overflowed))
 	{
-		if (msg.kind == HOPLOCK_MSG_DEADLINE)
-			schedule_add(schedule, msg.name, msg.namelen, msg.expires_at);
-		else
-			remember_session_end(msg.name, msg.namelen, msg.session_pid,
-								 msg.session_start);
+		if (n == max)
+		{
+			max *= 2;
+			*msgs = repalloc(*msgs, max * sizeof(HoplockMessage));
+		}
+		(*msgs)[n++] = msg;
 	}
 	if (overflowed)
 		need_scan = true;
+	return n;
+}
+
+static void
+apply_messages(HoplockMessage *msgs, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		if (msgs[i].kind == HOPLOCK_MSG_DEADLINE)
+			schedule_add(schedule, msgs[i].name, msgs[i].namelen,
+						 msgs[i].expires_at);
+		else
+			remember_session_end(msgs[i].name, msgs[i].namelen,
+								 msgs[i].session_pid, msgs[i].session_start);
+	}
 }
 
 /* Announce one lease if its term lapsed; otherwise schedule it again. */
@@ -234,14 +315,14 @@ look_at(const char *name, int namelen, int64 *announced, int64 *lag)
 		(*announced)++;
 		*lag = GetCurrentTimestamp() - result.expires_at;
 	}
-	else if (found && result.state == LEASE_STATE_HELD)
+	else if (outcome == LEASE_CONTENDED)
 	{
-		if (outcome == LEASE_CONTENDED)
-			schedule_add(schedule, name, namelen,
-						 GetCurrentTimestamp() + RETRY_DELAY_US);
-		else
-			schedule_add(schedule, name, namelen, result.expires_at);
+		/* being changed right now, or the table is locked: look again */
+		schedule_add(schedule, name, namelen,
+					 GetCurrentTimestamp() + RETRY_DELAY_US);
 	}
+	else if (found && result.state == LEASE_STATE_HELD)
+		schedule_add(schedule, name, namelen, result.expires_at);
 }
 
 /* End the terms of sessions that ended; keep those still contended. */
@@ -251,6 +332,7 @@ end_sessions(void)
 	List	   *left = NIL;
 	ListCell   *lc;
 	int			n = 0;
+	MemoryContext old;
 
 	foreach(lc, session_ends)
 	{
@@ -258,26 +340,41 @@ end_sessions(void)
 		LeaseRequest req = {0};
 		Lease		result;
 		bool		found;
+		bool		keep = true;
 
-		if (n++ >= BATCH)
+		if (n++ < BATCH)
 		{
-			left = lappend(left, end);
-			continue;
+			req.op = LEASE_OP_SESSION_END;
+			req.fn = "hoplock worker";
+			req.name = end->name;
+			req.session_pid = end->pid;
+			req.session_start = end->start;
+			keep = (lease_cas(&req, &result, &found) == LEASE_CONTENDED);
 		}
-		req.op = LEASE_OP_SESSION_END;
-		req.fn = "hoplock worker";
-		req.name = end->name;
-		req.session_pid = end->pid;
-		req.session_start = end->start;
-		if (lease_cas(&req, &result, &found) == LEASE_CONTENDED)
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		if (keep)
+			left = lappend(left, end);
+		else
 		{
-			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-			left = lappend(left, end);
-			MemoryContextSwitchTo(old);
+			pfree(end->name);
+			pfree(end);
 		}
+		MemoryContextSwitchTo(old);
 	}
+	list_free(session_ends);
 	session_ends = left;
+}
+
+/* Should the table be read again now? */
+static bool
+horizon_reached(TimestampTz now)
+{
+	TimestampTz horizon = schedule_horizon(schedule);
+	TimestampTz next;
+
+	/* only once everything before the horizon is done */
+	return horizon <= now &&
+		(!schedule_next(schedule, &next) || next >= horizon);
 }
 
 /*
@@ -287,6 +384,10 @@ end_sessions(void)
 static bool
 run_once(bool *gone)
 {
+	MemoryContext round_context;
+	MemoryContext old;
+	HoplockMessage *msgs;
+	int			nmsgs;
 	TimestampTz now;
 	int			n = 0;
 	int64		announced = 0;
@@ -295,6 +396,12 @@ run_once(bool *gone)
 	int			namelen;
 	TimestampTz when;
 	bool		more = false;
+
+	round_context = AllocSetContextCreate(TopMemoryContext, "hoplock round",
+										  ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(round_context);
+	nmsgs = read_mailbox(&msgs);
+	MemoryContextSwitchTo(old);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -305,16 +412,13 @@ run_once(bool *gone)
 		*gone = true;
 	else
 	{
-		read_mailbox();
-		now = GetCurrentTimestamp();
-		if (schedule_horizon(schedule) <= now)
-			need_scan = true;
-		if (need_scan)
+		if (need_scan || horizon_reached(GetCurrentTimestamp()))
 			full_scan();
+		apply_messages(msgs, nmsgs);
 
 		set_state(WORKER_ANNOUNCING);
 		now = GetCurrentTimestamp();
-		while (n < BATCH &&
+		while (n < BATCH && !stop_requested() &&
 			   schedule_take_due(schedule, now, name, &namelen, &when))
 		{
 			look_at(name, namelen, &announced, &lag);
@@ -322,24 +426,26 @@ run_once(bool *gone)
 		}
 		more = (n == BATCH);
 		if (session_ends != NIL)
-		{
 			end_sessions();
-			more = more || list_length(session_ends) > BATCH;
-		}
 	}
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	hoplock_notify_after_commit();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	pgstat_report_stat(false);
+	MemoryContextDelete(round_context);
 
 	SpinLockAcquire(&my_slot->mutex);
-	my_slot->announced += announced;
-	if (lag >= 0)
-		my_slot->last_lag = lag;
-	my_slot->tracked = schedule_count(schedule);
+	if (slot_is_mine())
+	{
+		my_slot->announced += announced;
+		if (lag >= 0)
+			my_slot->last_lag = lag;
+		my_slot->tracked = schedule_count(schedule);
+	}
 	SpinLockRelease(&my_slot->mutex);
-	return more;
+	return more || list_length(session_ends) > BATCH;
 }
 
 /*
@@ -384,32 +490,48 @@ sleep_until_due(void)
 void
 hoplock_worker_main(Datum arg)
 {
-	Oid			dboid;
 	bool		gone = false;
-	HoplockStopReason stop = STOP_NONE;
+	bool		mine;
 
-	my_slotno = DatumGetInt32(arg);
-	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	memcpy(&my_arg, MyBgworkerEntry->bgw_extra, sizeof(HoplockWorkerArg));
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 
-	if (hoplock_shared == NULL || my_slotno < 0 ||
-		my_slotno >= hoplock_shared->nslots)
+	if (hoplock_shared == NULL || DatumGetInt32(arg) < 0 ||
+		DatumGetInt32(arg) >= hoplock_shared->nslots)
 		proc_exit(0);
-	my_slot = &hoplock_shared->slots[my_slotno];
-	if (my_slot->dboid != dboid)
-		proc_exit(0);			/* the launcher gave the slot away */
+	my_slot = &hoplock_shared->slots[DatumGetInt32(arg)];
 
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	/* an earlier worker of this slot, restarted after the slot moved on */
+	SpinLockAcquire(&my_slot->mutex);
+	mine = slot_is_mine();
+	SpinLockRelease(&my_slot->mutex);
+	if (!mine)
+		proc_exit(0);
+
+	BackgroundWorkerInitializeConnectionByOid(my_arg.dboid, InvalidOid, 0);
+
+	/*
+	 * The worker writes whatever the database's defaults say, like
+	 * autovacuum: a read-only or serializable default would only make it
+	 * fail and restart every second.
+	 */
+	SetConfigOption("default_transaction_read_only", "off",
+					PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
 
 	SpinLockAcquire(&my_slot->mutex);
-	my_slot->pid = MyProcPid;
-	my_slot->latch = MyLatch;
-	my_slot->state = WORKER_STARTING;
-	my_slot->started_at = GetCurrentTimestamp();
-	my_slot->next_wakeup = 0;
+	if (slot_is_mine())
+	{
+		my_slot->pid = MyProcPid;
+		my_slot->latch = MyLatch;
+		my_slot->state = WORKER_STARTING;
+		my_slot->started_at = GetCurrentTimestamp();
+		my_slot->next_wakeup = 0;
+	}
 	SpinLockRelease(&my_slot->mutex);
 
 	/* a database without the extension: leave quietly, the launcher notes it */
@@ -424,9 +546,12 @@ hoplock_worker_main(Datum arg)
 				(errmsg_internal("hoplock is not installed in database \"%s\"",
 								 my_dbname)));
 		SpinLockAcquire(&my_slot->mutex);
-		my_slot->state = WORKER_ABSENT;
-		my_slot->pid = 0;
-		my_slot->latch = NULL;
+		if (slot_is_mine())
+		{
+			my_slot->state = WORKER_ABSENT;
+			my_slot->pid = 0;
+			my_slot->latch = NULL;
+		}
 		SpinLockRelease(&my_slot->mutex);
 		proc_exit(0);
 	}
@@ -440,8 +565,6 @@ hoplock_worker_main(Datum arg)
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (ShutdownRequestPending)
-			break;
 		if (ConfigReloadPending)
 		{
 			int			old_max = hoplock_max_tracked;
@@ -451,14 +574,13 @@ hoplock_worker_main(Datum arg)
 			if (hoplock_max_tracked != old_max)
 				need_scan = true;
 		}
+		if (stop_requested())
+			break;
 
 		SpinLockAcquire(&my_slot->mutex);
-		stop = my_slot->stop;
 		my_slot->next_wakeup = 0;	/* awake: no need to wake us */
 		my_slot->last_wakeup = GetCurrentTimestamp();
 		SpinLockRelease(&my_slot->mutex);
-		if (stop != STOP_NONE)
-			break;
 
 		if (run_once(&gone))
 			continue;
@@ -467,6 +589,6 @@ hoplock_worker_main(Datum arg)
 		sleep_until_due();
 	}
 
-	set_state(gone || stop == STOP_EXTENSION_DROPPED ? WORKER_ABSENT : WORKER_STOPPED);
+	set_state(WORKER_STOPPED);
 	proc_exit(0);
 }

@@ -1,0 +1,164 @@
+# The expiry worker: announces each lapsed term once, within milliseconds,
+# leaves renewed terms alone, sleeps without CPU when nothing is due, and
+# survives SIGTERM, errors and reloads.
+use strict;
+use warnings;
+use lib 't/lib';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use Hoplock::Listener;
+
+my $node = PostgreSQL::Test::Cluster->new('main');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'hoplock'
+hoplock.naptime = 1
+hoplock.log_events = on
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION hoplock');
+
+# --- Started, with a log line naming the database ---------------------------
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_workers WHERE datname = 'postgres' AND pid IS NOT NULL})
+  or die 'no worker';
+ok($node->log_contains('hoplock launcher started'), 'the launcher logged its start');
+ok($node->log_contains('hoplock worker for database "postgres" started'),
+	'the worker logged its start, with the database name');
+is($node->safe_psql('postgres', q{SELECT backend_type FROM pg_stat_activity WHERE pid = (SELECT pid FROM hoplock_workers)}),
+	'hoplock worker', 'pg_stat_activity names it');
+
+# --- One lease: expired once, by the worker ---------------------------------
+my $listener = Hoplock::Listener->new($node, 'postgres');
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('one', 'a', '200 ms')});
+my $events = $listener->collect(5, sub { grep { $_->{event} eq 'expired' } @{ $_[0] } });
+is_deeply([ map { "$_->{event} $_->{name} $_->{generation}" } @$events ],
+	[ 'acquired one 1', 'expired one 1' ], 'acquired, then expired, with nobody calling');
+$listener->reset;
+$listener->collect(1);
+is(scalar @{ $listener->{events} }, 0, 'expired only once');
+is($node->safe_psql('postgres', q{SELECT state FROM hoplock_internal.lease WHERE name = 'one'}),
+	'x', 'the row says the expiry was announced');
+# a new acquire does not announce it again
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('one', 'b', '1 h')});
+$events = $listener->collect(2, sub { @{ $_[0] } >= 1 });
+is_deeply([ map { "$_->{event} $_->{generation}" } @$events ], [ 'acquired 2' ],
+	'the next acquire sends no second expired');
+$listener->reset;
+
+# --- Renewed terms are not announced ----------------------------------------
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('renewed', 'a', '300 ms')});
+for (1 .. 8)
+{
+	usleep(100_000);
+	$node->safe_psql('postgres', q{SELECT hoplock_renew('renewed', 'a', '300 ms')});
+}
+$events = $listener->collect(0.1);
+is(scalar(grep { $_->{event} eq 'expired' } @$events), 0,
+	'a term renewed in time is never announced');
+$events = $listener->collect(3, sub { grep { $_->{event} eq 'expired' } @{ $_[0] } });
+is(scalar(grep { $_->{event} eq 'expired' && $_->{name} eq 'renewed' } @$events), 1,
+	'once the renewals stop, it is announced');
+$listener->reset;
+
+# --- A renewal with a shorter ttl wakes the worker earlier ------------------
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('shortened', 'a', '1 h')});
+my $t0 = time();
+$node->safe_psql('postgres', q{SELECT hoplock_renew('shortened', 'a', '200 ms')});
+$events = $listener->collect(5, sub { grep { $_->{event} eq 'expired' } @{ $_[0] } });
+ok((grep { $_->{event} eq 'expired' && $_->{name} eq 'shortened' } @$events) && time() - $t0 < 2,
+	'a renewal to an earlier expiry is announced at the new expiry');
+$listener->reset;
+
+# --- Latency with 1,000 leases held (a sanity bound; bench/ measures) --------
+$node->safe_psql('postgres', q{
+	SELECT count(hoplock_acquire('held-' || i, 'a', '1 h')) FROM generate_series(1, 1000) AS i;
+});
+$node->safe_psql('postgres', q{
+	SELECT count(hoplock_acquire('lat-' || i, 'a', (i * 20 || ' ms')::interval))
+	  FROM generate_series(1, 50) AS i;
+});
+$events = $listener->collect(10,
+	sub { (grep { $_->{event} eq 'expired' } @{ $_[0] }) >= 50 });
+my @lags = map { ($_->{received_at} - Hoplock::Listener::epoch($_->{expires_at})) * 1000 }
+  grep { $_->{event} eq 'expired' } @$events;
+is(scalar @lags, 50, 'all 50 expiries announced among 1,000 held leases');
+diag(sprintf('expired latency over %d events: p50 %.2f ms, p99 %.2f ms, max %.2f ms',
+	scalar @lags, Hoplock::Listener::percentile(50, @lags),
+	Hoplock::Listener::percentile(99, @lags), Hoplock::Listener::percentile(100, @lags)));
+cmp_ok(Hoplock::Listener::percentile(99, @lags), '<', 1000,
+	'sanity: p99 of the expired latency is under a second');
+cmp_ok((sort { $a <=> $b } @lags)[0], '>=', -1, 'never announced before expires_at');
+$listener->reset;
+
+# --- Idle: no CPU ------------------------------------------------------------
+my $wpid = $node->safe_psql('postgres', 'SELECT pid FROM hoplock_workers');
+$node->safe_psql('postgres', q{ALTER SYSTEM SET hoplock.naptime = '60s'; SELECT pg_reload_conf()});
+sleep 1;
+sub cpu_ticks
+{
+	my @f = split ' ', slurp_file("/proc/$_[0]/stat") =~ s/^.*\) //sr;
+	return $f[11] + $f[12];    # utime + stime
+}
+my $ticks = cpu_ticks($wpid);
+sleep 3;
+cmp_ok(cpu_ticks($wpid) - $ticks, '<=', 1,
+	'with 1,000 leases held and none due, the worker used no CPU for 3 s');
+
+# --- SIGTERM: stops cleanly; the launcher starts a new one -------------------
+$node->safe_psql('postgres', q{ALTER SYSTEM SET hoplock.naptime = '1s'; SELECT pg_reload_conf()});
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($wpid)");
+$node->poll_query_until('postgres',
+	"SELECT pid IS NOT NULL AND pid <> $wpid FROM hoplock_workers")
+  or die 'worker not replaced';
+pass('after SIGTERM the launcher started a new worker');
+ok($node->log_contains('hoplock worker for database "postgres" stopped'),
+	'the worker logged its stop');
+
+# --- Database defaults do not get in its way -------------------------------
+$node->safe_psql('postgres', q{ALTER SYSTEM SET default_transaction_read_only = on; ALTER SYSTEM SET default_transaction_isolation = 'serializable'; SELECT pg_reload_conf()});
+$node->safe_psql('postgres', q{BEGIN READ WRITE; SELECT hoplock_acquire('read-only-default', 'a', '100 ms'); COMMIT});
+$events = $listener->collect(5,
+	sub { grep { $_->{event} eq 'expired' && $_->{name} eq 'read-only-default' } @{ $_[0] } });
+ok((grep { $_->{event} eq 'expired' && $_->{name} eq 'read-only-default' } @$events),
+	'a read-only, serializable default does not stop the worker (as it does not stop autovacuum)');
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET default_transaction_read_only; ALTER SYSTEM RESET default_transaction_isolation; SELECT pg_reload_conf()});
+$listener->reset;
+
+# --- An error: the worker exits, is restarted, and catches up --------------
+# A column of the wrong type makes every worker transaction fail; putting it
+# back (the same attribute, no dropped column) repairs it.
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('during-error', 'a', '1 s')});
+$node->safe_psql('postgres', q{ALTER TABLE hoplock_internal.lease ALTER COLUMN session_pid TYPE bigint});
+sleep 3;
+ok($node->log_contains('table "hoplock_internal.lease" does not have the layout hoplock expects'),
+	'the worker raised an error');
+ok($node->log_contains(qr{background worker "hoplock worker" \(PID \d+\) exited with exit code 1}),
+	'and exited with code 1');
+$node->safe_psql('postgres', q{ALTER TABLE hoplock_internal.lease ALTER COLUMN session_pid TYPE integer});
+$events = $listener->collect(10,
+	sub { grep { $_->{event} eq 'expired' && $_->{name} eq 'during-error' } @{ $_[0] } });
+ok((grep { $_->{event} eq 'expired' && $_->{name} eq 'during-error' } @$events),
+	'the postmaster restarted it, and once repaired it caught up with the term that lapsed meanwhile');
+$listener->reset;
+
+# --- SIGHUP: hoplock.databases can leave a database out ----------------------
+$node->safe_psql('postgres', q{ALTER SYSTEM SET hoplock.databases = 'elsewhere'; SELECT pg_reload_conf()});
+$node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM hoplock_workers WHERE pid IS NOT NULL})
+  or die 'worker not stopped';
+pass('a reload that leaves the database out stops its worker');
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET hoplock.databases; SELECT pg_reload_conf()});
+$node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM hoplock_workers WHERE pid IS NOT NULL})
+  or die 'worker not restarted';
+pass('and one that puts it back starts it again');
+
+my $log = slurp_file($node->logfile);
+like($log, qr/LOG:  hoplock: lease "one" expired, generation 1, owner "a"/,
+	'with hoplock.log_events the worker\'s expiries are logged');
+
+$listener->disconnect;
+$node->stop;
+done_testing();
