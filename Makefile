@@ -31,6 +31,7 @@ REGRESS = \
 	holder \
 	fence \
 	cas \
+	wait \
 	leases_view \
 	bad_input \
 	privileges \
@@ -49,7 +50,8 @@ ISOLATION = \
 	write_stale_handle \
 	notify_payloads \
 	isolation_levels \
-	table_lock
+	table_lock \
+	wait_wakeups
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 
 TAP_TESTS = 1

@@ -12,6 +12,7 @@
 #include "hoplock.h"
 #include "compat.h"
 
+#include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "utils/guc.h"
 #include "utils/varlena.h"
@@ -137,27 +138,34 @@ hoplock_define_gucs(void)
 							0,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("hoplock.max_databases",
-							"Databases the expiry workers can serve at once.",
-							NULL,
-							&hoplock_max_databases,
-							8,
-							1,
-							1024,
-							PGC_POSTMASTER,
-							0,
-							NULL, NULL, NULL);
+	/*
+	 * Shared memory is sized at server start: these exist only when hoplock
+	 * is preloaded (PostgreSQL refuses to define them later).
+	 */
+	if (process_shared_preload_libraries_in_progress)
+	{
+		DefineCustomIntVariable("hoplock.max_databases",
+								"Databases the expiry workers can serve at once.",
+								NULL,
+								&hoplock_max_databases,
+								8,
+								1,
+								1024,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
 
-	DefineCustomIntVariable("hoplock.queue_size",
-							"Deadlines each database's worker can be sent before it reads them.",
-							"Beyond it, the worker reads the whole lease table instead.",
-							&hoplock_queue_size,
-							1024,
-							16,
-							1024 * 1024,
-							PGC_POSTMASTER,
-							0,
-							NULL, NULL, NULL);
+		DefineCustomIntVariable("hoplock.queue_size",
+								"Deadlines each database's worker can be sent before it reads them.",
+								"Beyond it, the worker reads the whole lease table instead.",
+								&hoplock_queue_size,
+								1024,
+								16,
+								1024 * 1024,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+	}
 
 	MarkGUCPrefixReserved("hoplock");
 }
