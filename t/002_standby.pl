@@ -13,7 +13,8 @@ $primary->append_conf('postgresql.conf', "shared_preload_libraries = 'hoplock'")
 $primary->start;
 $primary->safe_psql('postgres', 'CREATE EXTENSION hoplock');
 $primary->safe_psql('postgres',
-	q{SELECT hoplock_acquire('job', 'a', '1 h'), hoplock_acquire('other', 'a', '1 h')});
+	q{SELECT hoplock_acquire('job', 'a', '1 h'), hoplock_acquire('other', 'a', '1 h'),
+	         hoplock_acquire('short', 'a', '3 s')});
 
 $primary->backup('base');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
@@ -28,8 +29,10 @@ is( $standby->safe_psql(
 	'hoplock_holder works on a hot standby');
 is( $standby->safe_psql(
 		'postgres', q{SELECT count(*) FROM hoplock_leases}),
-	'2',
+	'3',
 	'hoplock_leases works on a hot standby');
+is($standby->safe_psql('postgres', q{SELECT count(*) FROM hoplock_workers}),
+	'0', 'a hot standby runs no expiry worker');
 
 # --- Writes on the hot standby ---------------------------------------------
 foreach my $call (
@@ -71,6 +74,16 @@ is( $standby->safe_psql(
 	'a/1',
 	'the promoted standby missed the last grants');
 $standby->safe_psql('postgres', q{SELECT hoplock_force_release('job')});
+# the worker starts after promotion, and announces what lapsed meanwhile
+$standby->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_workers WHERE pid IS NOT NULL})
+  or die 'no worker after promotion';
+pass('after promotion the expiry worker starts');
+$standby->poll_query_until('postgres',
+	q{SELECT state = 'x' FROM hoplock_internal.lease WHERE name = 'short'})
+  or die 'not announced after promotion';
+pass('and announces the term that lapsed while it was a standby');
+
 my $next = $standby->safe_psql('postgres',
 	q{SELECT generation FROM hoplock_acquire('job', 'd', '1 h')});
 cmp_ok($next, '>', $last_on_primary,

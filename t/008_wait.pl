@@ -104,7 +104,7 @@ is($node->safe_psql('postgres', q{SELECT generation FROM hoplock_holder('race')}
 my ($h, $out) = start_waiter('late', '300 ms');
 $h->finish;
 is($$out, "timeout\n", 'a waiter whose timeout passes gets NULL');
-$node->safe_psql('postgres', q{SELECT hoplock_release('race', 'w5')});
+$node->safe_psql('postgres', "SELECT hoplock_release('race', '$last')");
 is($node->safe_psql('postgres', q{SELECT hoplock_holder('race') IS NULL}), 't',
 	'and it took nothing afterwards');
 
