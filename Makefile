@@ -67,7 +67,7 @@ include $(PGXS)
 $(OBJS): src/hoplock.h src/compat.h src/schedule.h
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test demo
+.PHONY: check-regress check-isolation check-tap test demo bench bench-quick
 
 check-regress:
 	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
@@ -83,3 +83,9 @@ test:
 
 demo:
 	scripts/demo
+
+bench:
+	bench/run
+
+bench-quick:
+	bench/run --quick

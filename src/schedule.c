@@ -2,14 +2,16 @@
  *
  * schedule.c
  *		The expiry worker's schedule: which lease to look at when.  A
- *		binary min-heap of (deadline, entry) with lazy deletion, and a hash
- *		table by name so that each lease is scheduled once, at its earliest
- *		known deadline.  Backend-local to the worker.
+ *		red-black tree (PostgreSQL's lib/rbtree) of (deadline, name), so
+ *		that both the earliest and the latest deadline are at hand, and a
+ *		hash table by name, so that each lease is scheduled once, at its
+ *		earliest known deadline.  Backend-local to the worker.
  *
- *		It holds at most "capacity" leases.  Beyond that it keeps a
- *		horizon: every deadline before the horizon is in the schedule;
- *		deadlines after it may be missing (the schedule has overflowed),
- *		and the worker rescans the lease table when it reaches the horizon.
+ *		It holds at most "capacity" leases, the earliest ones: a lease
+ *		due before the latest one pushes that one out.  Whatever is left out
+ *		brings the horizon down to its deadline: every deadline before the
+ *		horizon is in the schedule, deadlines after it may be missing, and
+ *		the worker rereads the lease table when it reaches the horizon.
  *
  *		An entry is only a reminder to look: the worker reads the lease
  *		when its time comes, and schedules it again if it was renewed.
@@ -22,39 +24,56 @@
 #include "schedule.h"
 
 #include "common/hashfn.h"
+#include "lib/rbtree.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+/* A tree node: ordered by deadline, then name */
+typedef struct ScheduleNode
+{
+	RBTNode		rbt;
+	TimestampTz when;
+	char	   *name;			/* shared with the hash entry */
+} ScheduleNode;
+
+/* A hash entry: the deadline a lease is scheduled at */
 typedef struct ScheduleEntry
 {
 	char	   *name;			/* hash key: NUL-terminated, palloc'd */
-	TimestampTz when;			/* the deadline it is scheduled at */
-	uint64		seq;			/* of its live heap node; 0 once removed */
-} ScheduleEntry;
-
-/*
- * A heap node is live while its entry still carries its sequence number.
- * Removed entries stay in dynahash's free list, never freed before the
- * whole schedule is, so reading a stale node's entry is safe.
- */
-typedef struct HeapNode
-{
 	TimestampTz when;
-	uint64		seq;
-	ScheduleEntry *entry;
-} HeapNode;
+} ScheduleEntry;
 
 struct Schedule
 {
 	MemoryContext cxt;
+	RBTree	   *tree;
 	HTAB	   *entries;
-	HeapNode   *heap;
-	int			nheap;
-	int			heap_size;
 	int			capacity;
-	uint64		next_seq;
-	TimestampTz horizon;		/* DT_NOEND unless overflowed */
+	TimestampTz horizon;		/* DT_NOEND unless something was left out */
 };
+
+static int
+node_compare(const RBTNode *a, const RBTNode *b, void *arg)
+{
+	const ScheduleNode *na = (const ScheduleNode *) a;
+	const ScheduleNode *nb = (const ScheduleNode *) b;
+
+	if (na->when != nb->when)
+		return (na->when < nb->when) ? -1 : 1;
+	return strcmp(na->name, nb->name);
+}
+
+static RBTNode *
+node_alloc(void *arg)
+{
+	return MemoryContextAlloc((MemoryContext) arg, sizeof(ScheduleNode));
+}
+
+static void
+node_free(RBTNode *node, void *arg)
+{
+	pfree(node);
+}
 
 static uint32
 name_hash(const void *key, Size keysize)
@@ -78,11 +97,18 @@ name_copy(void *dest, const void *src, Size keysize)
 	return dest;
 }
 
-/* (Re)build the empty hash table and heap in s->cxt. */
+/* (Re)build the empty tree and hash table in s->cxt. */
 static void
 schedule_init(Schedule *s)
 {
 	HASHCTL		ctl;
+	MemoryContext old;
+
+	/* rbt_create allocates the tree in the current context */
+	old = MemoryContextSwitchTo(s->cxt);
+	s->tree = rbt_create(sizeof(ScheduleNode), node_compare, NULL,
+						 node_alloc, node_free, s->cxt);
+	MemoryContextSwitchTo(old);
 
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(char *);
@@ -94,9 +120,6 @@ schedule_init(Schedule *s)
 	s->entries = hash_create("hoplock schedule", 1024, &ctl,
 							 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
 							 HASH_KEYCOPY | HASH_CONTEXT);
-	s->heap_size = 1024;
-	s->heap = MemoryContextAlloc(s->cxt, s->heap_size * sizeof(HeapNode));
-	s->nheap = 0;
 	s->horizon = DT_NOEND;
 }
 
@@ -122,79 +145,46 @@ schedule_reset(Schedule *s, int capacity)
 }
 
 static void
-sift_up(Schedule *s, int i)
+tree_delete(Schedule *s, TimestampTz when, char *name)
 {
-	HeapNode	node = s->heap[i];
+	ScheduleNode probe;
+	RBTNode    *node;
 
-	while (i > 0)
-	{
-		int			parent = (i - 1) / 2;
+	probe.when = when;
+	probe.name = name;
+	node = rbt_find(s->tree, &probe.rbt);
+	if (node == NULL)
+		elog(ERROR, "hoplock schedule has no entry for lease \"%s\"", name);
+	rbt_delete(s->tree, node);
+}
 
-		if (s->heap[parent].when <= node.when)
-			break;
-		s->heap[i] = s->heap[parent];
-		i = parent;
-	}
-	s->heap[i] = node;
+/* Take a lease out of the schedule altogether. */
+static void
+remove_entry(Schedule *s, ScheduleEntry *entry)
+{
+	char	   *name = entry->name;
+
+	tree_delete(s, entry->when, name);
+	hash_search(s->entries, &name, HASH_REMOVE, NULL);
+	pfree(name);
 }
 
 static void
-sift_down(Schedule *s, int i)
+insert_node(Schedule *s, TimestampTz when, char *name)
 {
-	HeapNode	node = s->heap[i];
+	ScheduleNode node;
+	bool		isnew;
 
-	for (;;)
-	{
-		int			child = 2 * i + 1;
-
-		if (child >= s->nheap)
-			break;
-		if (child + 1 < s->nheap && s->heap[child + 1].when < s->heap[child].when)
-			child++;
-		if (node.when <= s->heap[child].when)
-			break;
-		s->heap[i] = s->heap[child];
-		i = child;
-	}
-	s->heap[i] = node;
-}
-
-static void
-heap_push(Schedule *s, TimestampTz when, ScheduleEntry *entry)
-{
-	if (s->nheap == s->heap_size)
-	{
-		s->heap_size *= 2;
-		s->heap = repalloc(s->heap, s->heap_size * sizeof(HeapNode));
-	}
-	entry->when = when;
-	entry->seq = ++s->next_seq;
-	s->heap[s->nheap].when = when;
-	s->heap[s->nheap].seq = entry->seq;
-	s->heap[s->nheap].entry = entry;
-	sift_up(s, s->nheap++);
-}
-
-static void
-heap_pop(Schedule *s)
-{
-	s->heap[0] = s->heap[--s->nheap];
-	if (s->nheap > 0)
-		sift_down(s, 0);
-}
-
-/* Drop stale nodes from the top of the heap. */
-static void
-heap_clean_top(Schedule *s)
-{
-	while (s->nheap > 0 && s->heap[0].entry->seq != s->heap[0].seq)
-		heap_pop(s);
+	node.when = when;
+	node.name = name;
+	rbt_insert(s->tree, &node.rbt, &isnew);
+	Assert(isnew);
 }
 
 /*
  * Schedule lease "name" at "when", unless it is already scheduled earlier.
- * Beyond the capacity or the horizon it is left out, and the horizon comes
- * down to it: the worker must rescan before then.
+ * When the schedule is full, the latest lease makes room for an earlier
+ * one; whichever is left out brings the horizon down to its deadline.
  */
 void
 schedule_add(Schedule *s, const char *name, int namelen, TimestampTz when)
@@ -213,31 +203,48 @@ schedule_add(Schedule *s, const char *name, int namelen, TimestampTz when)
 	if (entry != NULL)
 	{
 		if (when < entry->when)
-			heap_push(s, when, entry);
+		{
+			tree_delete(s, entry->when, entry->name);
+			entry->when = when;
+			insert_node(s, when, entry->name);
+		}
 		return;
 	}
 
 	if (hash_get_num_entries(s->entries) >= s->capacity)
 	{
-		s->horizon = when;
-		return;
+		RBTreeIterator iter;
+		ScheduleNode *latest;
+		char	   *latest_name;
+
+		rbt_begin_iterate(s->tree, RightLeftWalk, &iter);
+		latest = (ScheduleNode *) rbt_iterate(&iter);
+		if (latest == NULL || when >= latest->when)
+		{
+			s->horizon = when;
+			return;
+		}
+		s->horizon = latest->when;
+		latest_name = latest->name;
+		entry = hash_search(s->entries, &latest_name, HASH_FIND, NULL);
+		remove_entry(s, entry);
 	}
 
 	keyp = MemoryContextStrdup(s->cxt, key);
 	entry = hash_search(s->entries, &keyp, HASH_ENTER, &found);
-	heap_push(s, when, entry);
+	entry->when = when;
+	insert_node(s, when, keyp);
 }
 
-/*
- * The earliest deadline in the schedule, and whether there is one.
- */
+/* The earliest deadline in the schedule, and whether there is one. */
 bool
 schedule_next(Schedule *s, TimestampTz *when)
 {
-	heap_clean_top(s);
-	if (s->nheap == 0)
+	ScheduleNode *first = (ScheduleNode *) rbt_leftmost(s->tree);
+
+	if (first == NULL)
 		return false;
-	*when = s->heap[0].when;
+	*when = first->when;
 	return true;
 }
 
@@ -249,23 +256,19 @@ bool
 schedule_take_due(Schedule *s, TimestampTz now, char *name, int *namelen,
 				  TimestampTz *when)
 {
-	ScheduleEntry *entry;
+	ScheduleNode *first = (ScheduleNode *) rbt_leftmost(s->tree);
 	char	   *key;
+	ScheduleEntry *entry;
 
-	heap_clean_top(s);
-	if (s->nheap == 0 || s->heap[0].when > now)
+	if (first == NULL || first->when > now)
 		return false;
 
-	entry = s->heap[0].entry;
-	*when = s->heap[0].when;
-	heap_pop(s);
-
-	key = entry->name;
+	*when = first->when;
+	key = first->name;
 	*namelen = strlen(key);
 	memcpy(name, key, *namelen + 1);
-	entry->seq = 0;
-	hash_search(s->entries, &key, HASH_REMOVE, NULL);
-	pfree(key);
+	entry = hash_search(s->entries, &key, HASH_FIND, NULL);
+	remove_entry(s, entry);
 	return true;
 }
 
@@ -275,22 +278,9 @@ schedule_count(Schedule *s)
 	return (int) hash_get_num_entries(s->entries);
 }
 
-/* DT_NOEND unless leases were left out: then rescan by this time. */
+/* DT_NOEND unless leases were left out: then reread the table by this time. */
 TimestampTz
 schedule_horizon(Schedule *s)
 {
 	return s->horizon;
-}
-
-/* Leave out every deadline from "horizon" on (after a partial scan). */
-void
-schedule_set_horizon(Schedule *s, TimestampTz horizon)
-{
-	s->horizon = horizon;
-}
-
-void
-schedule_set_capacity(Schedule *s, int capacity)
-{
-	s->capacity = capacity;
 }

@@ -22,7 +22,5 @@ extern bool schedule_take_due(Schedule *s, TimestampTz now, char *name,
 							  int *namelen, TimestampTz *when);
 extern int	schedule_count(Schedule *s);
 extern TimestampTz schedule_horizon(Schedule *s);
-extern void schedule_set_horizon(Schedule *s, TimestampTz horizon);
-extern void schedule_set_capacity(Schedule *s, int capacity);
 
 #endif							/* HOPLOCK_SCHEDULE_H */

@@ -148,10 +148,6 @@ remember_session_end(const char *name, int namelen, int32 pid,
  */
 typedef struct FullScan
 {
-	TimestampTz horizon;		/* second pass: only deadlines before this */
-	int64		ndeadlines;
-	int64		maxdeadlines;
-	TimestampTz *deadlines;		/* first pass: every deadline */
 	int64		rows;
 	bool		stopped;
 } FullScan;
@@ -171,46 +167,20 @@ scan_row(const Lease *lease, void *arg)
 	if (lease->state != LEASE_STATE_HELD)
 		return true;
 
-	/* a term bound to a session that is gone (first pass only) */
-	if (scan->deadlines != NULL && lease->session_pid != 0 &&
+	/* a term bound to a session that is gone */
+	if (lease->session_pid != 0 &&
 		!hoplock_session_alive(lease->session_pid, lease->session_start))
 		remember_session_end(VARDATA_ANY(lease->name),
 							 VARSIZE_ANY_EXHDR(lease->name),
 							 lease->session_pid, lease->session_start);
 
-	if (lease->expires_at >= scan->horizon)
-		return true;
+	/* the schedule keeps the earliest, whatever order the rows come in */
 	schedule_add(schedule, VARDATA_ANY(lease->name),
 				 VARSIZE_ANY_EXHDR(lease->name), lease->expires_at);
-
-	if (scan->deadlines != NULL)
-	{
-		if (scan->ndeadlines == scan->maxdeadlines)
-		{
-			scan->maxdeadlines *= 2;
-			scan->deadlines = repalloc_huge(scan->deadlines,
-											scan->maxdeadlines * sizeof(TimestampTz));
-		}
-		scan->deadlines[scan->ndeadlines++] = lease->expires_at;
-	}
 	return true;
 }
 
-static int
-compare_timestamps(const void *a, const void *b)
-{
-	TimestampTz ta = *(const TimestampTz *) a;
-	TimestampTz tb = *(const TimestampTz *) b;
-
-	return (ta > tb) - (ta < tb);
-}
-
-/*
- * Read the whole table into the schedule.  If there are more running terms
- * than the schedule holds, keep the earliest: a second pass takes every
- * deadline up to the capacity-th one (ties included, so that the horizon,
- * the next larger deadline, is always ahead of what is kept).
- */
+/* Read the whole table into a fresh schedule. */
 static void
 full_scan(void)
 {
@@ -218,35 +188,8 @@ full_scan(void)
 
 	set_state(WORKER_SCANNING);
 	schedule_reset(schedule, hoplock_max_tracked);
-
 	memset(&scan, 0, sizeof(scan));
-	scan.horizon = DT_NOEND;
-	scan.maxdeadlines = 1024;
-	scan.deadlines = palloc(scan.maxdeadlines * sizeof(TimestampTz));
 	lease_scan(scan_row, &scan);
-
-	if (!scan.stopped && scan.ndeadlines > hoplock_max_tracked)
-	{
-		TimestampTz last_kept;
-		int64		i;
-
-		qsort(scan.deadlines, scan.ndeadlines, sizeof(TimestampTz),
-			  compare_timestamps);
-		last_kept = scan.deadlines[hoplock_max_tracked - 1];
-		for (i = hoplock_max_tracked; i < scan.ndeadlines; i++)
-			if (scan.deadlines[i] > last_kept)
-				break;
-		scan.horizon = (i < scan.ndeadlines) ? scan.deadlines[i] : DT_NOEND;
-
-		schedule_reset(schedule, INT_MAX);
-		schedule_set_horizon(schedule, scan.horizon);
-		pfree(scan.deadlines);
-		scan.deadlines = NULL;
-		lease_scan(scan_row, &scan);
-		schedule_set_capacity(schedule, hoplock_max_tracked);
-	}
-	if (scan.deadlines != NULL)
-		pfree(scan.deadlines);
 	need_scan = scan.stopped;
 }
 

@@ -94,6 +94,30 @@ cmp_ok(Hoplock::Listener::percentile(99, @lags), '<', 1000,
 cmp_ok((sort { $a <=> $b } @lags)[0], '>=', -1, 'never announced before expires_at');
 $listener->reset;
 
+# --- More running terms than the schedule holds ------------------------------
+# It keeps the earliest: later ones make room for a new earlier one, and
+# those left out are found again when the schedule reaches them.
+$node->safe_psql('postgres', q{ALTER SYSTEM SET hoplock.max_tracked_leases = 100; SELECT pg_reload_conf()});
+$node->poll_query_until('postgres', q{SELECT leases_tracked <= 100 FROM hoplock_workers})
+  or die 'capacity not applied';
+$node->safe_psql('postgres', q{
+	SELECT count(hoplock_acquire('cap-late-' || i, 'a', '1 h')) FROM generate_series(1, 300) AS i;
+	SELECT count(hoplock_acquire('cap-soon-' || i, 'a', (2000 + 10 * i || ' ms')::interval)) FROM generate_series(1, 150) AS i;
+	SELECT count(hoplock_acquire('cap-first-' || i, 'a', (300 + 10 * i || ' ms')::interval)) FROM generate_series(1, 20) AS i;
+});
+$events = $listener->collect(15,
+	sub { (grep { $_->{event} eq 'expired' && $_->{name} =~ /^cap-/ } @{ $_[0] }) >= 170 });
+my @cap = grep { $_->{event} eq 'expired' && $_->{name} =~ /^cap-/ } @$events;
+is(scalar @cap, 170, 'with a schedule of 100, all 170 lapsing terms among 1,470 are announced');
+my @first_lags = map { ($_->{received_at} - Hoplock::Listener::epoch($_->{expires_at})) * 1000 }
+  grep { $_->{name} =~ /^cap-first-/ } @cap;
+cmp_ok((sort { $a <=> $b } @first_lags)[-1], '<', 500,
+	'the earliest were announced on time: they pushed later ones out of the schedule');
+cmp_ok($node->safe_psql('postgres', 'SELECT leases_tracked FROM hoplock_workers'), '<=', 100,
+	'and it never tracked more than its capacity');
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET hoplock.max_tracked_leases; SELECT pg_reload_conf()});
+$listener->reset;
+
 # --- Idle: no CPU ------------------------------------------------------------
 my $wpid = $node->safe_psql('postgres', 'SELECT pid FROM hoplock_workers');
 $node->safe_psql('postgres', q{ALTER SYSTEM SET hoplock.naptime = '60s'; SELECT pg_reload_conf()});
