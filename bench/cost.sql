@@ -9,6 +9,8 @@ CREATE FUNCTION bench_cpu_ns() RETURNS bigint LANGUAGE sql AS $$
 $$;
 
 CREATE TABLE bench_bare (id int PRIMARY KEY, v timestamptz) WITH (fillfactor = 50);
+-- the same, keyed like the lease table (text names), for pgbench
+CREATE TABLE bench_bare_text (name text PRIMARY KEY, v timestamptz) WITH (fillfactor = 50);
 
 CREATE PROCEDURE cost_empty(n int) LANGUAGE plpgsql AS $$
 BEGIN

@@ -76,50 +76,75 @@ hoplock_arg_name(FunctionCallInfo fcinfo, int argno, const char *what)
 }
 
 /*
- * A ttl, returned in microseconds.  A day counts as 24 hours: the lease
- * lapses ttl after the clock reading, whatever the time zone does meanwhile.
- * Months and years have no fixed length, so they are refused.
+ * An interval argument in microseconds.  A day counts as 24 hours: a lease
+ * lapses ttl after the clock reading, whatever the time zone does
+ * meanwhile.  Months and years have no fixed length, so they are refused.
+ * On overflow the result saturates in the direction of the day part.
  */
-int64
-hoplock_arg_ttl(FunctionCallInfo fcinfo, int argno)
+static int64
+interval_usecs(FunctionCallInfo fcinfo, int argno, const char *what)
 {
-	Interval   *ttl;
+	Interval   *interval;
 	int64		usecs;
 	int64		days;
 
-	check_not_null(fcinfo, argno, "ttl");
-	ttl = PG_GETARG_INTERVAL_P(argno);
+	check_not_null(fcinfo, argno, what);
+	interval = PG_GETARG_INTERVAL_P(argno);
 
-	if (!hoplock_interval_is_finite(ttl))
+	if (!hoplock_interval_is_finite(interval))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must be finite")));
-	if (ttl->month != 0)
+				 errmsg("%s must be finite", what)));
+	if (interval->month != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must not have a month or year part"),
-				 errhint("Express the ttl in days, hours, minutes or seconds.")));
+				 errmsg("%s must not have a month or year part", what),
+				 errhint("Express the %s in days, hours, minutes or seconds.", what)));
 
-	/* on overflow, saturate in the direction of the day part */
-	if (pg_mul_s64_overflow((int64) ttl->day, USECS_PER_DAY, &days) ||
-		pg_add_s64_overflow(ttl->time, days, &usecs))
-		usecs = (ttl->day < 0) ? PG_INT64_MIN : PG_INT64_MAX;
+	if (pg_mul_s64_overflow((int64) interval->day, USECS_PER_DAY, &days) ||
+		pg_add_s64_overflow(interval->time, days, &usecs))
+		usecs = (interval->day < 0) ? PG_INT64_MIN : PG_INT64_MAX;
+	return usecs;
+}
+
+static char *
+interval_text(FunctionCallInfo fcinfo, int argno)
+{
+	return DatumGetCString(DirectFunctionCall1(interval_out,
+											   PG_GETARG_DATUM(argno)));
+}
+
+/* A ttl, in microseconds: positive, and at most hoplock.max_ttl. */
+int64
+hoplock_arg_ttl(FunctionCallInfo fcinfo, int argno)
+{
+	int64		usecs = interval_usecs(fcinfo, argno, "ttl");
 
 	if (usecs > (int64) hoplock_max_ttl * USECS_PER_SEC)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must not exceed \"hoplock.max_ttl\""),
 				 errdetail("The ttl is %s; \"hoplock.max_ttl\" is %d seconds.",
-						   DatumGetCString(DirectFunctionCall1(interval_out,
-															   IntervalPGetDatum(ttl))),
-						   hoplock_max_ttl)));
+						   interval_text(fcinfo, argno), hoplock_max_ttl)));
 	if (usecs <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be positive"),
-				 errdetail("The ttl is %s.",
-						   DatumGetCString(DirectFunctionCall1(interval_out,
-															   IntervalPGetDatum(ttl))))));
+				 errdetail("The ttl is %s.", interval_text(fcinfo, argno))));
+	return usecs;
+}
+
+/* A timeout, in microseconds: zero or more. */
+int64
+hoplock_arg_timeout(FunctionCallInfo fcinfo, int argno)
+{
+	int64		usecs = interval_usecs(fcinfo, argno, "timeout");
+
+	if (usecs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must not be negative"),
+				 errdetail("The timeout is %s.", interval_text(fcinfo, argno))));
 	return usecs;
 }
 
@@ -137,38 +162,6 @@ hoplock_arg_generation(FunctionCallInfo fcinfo, int argno)
 				 errdetail("The generation given is " INT64_FORMAT ".",
 						   generation)));
 	return generation;
-}
-
-/* A timeout, in microseconds: like a ttl, but zero is fine. */
-int64
-hoplock_arg_timeout(FunctionCallInfo fcinfo, int argno)
-{
-	Interval   *timeout;
-	int64		usecs;
-	int64		days;
-
-	check_not_null(fcinfo, argno, "timeout");
-	timeout = PG_GETARG_INTERVAL_P(argno);
-	if (!hoplock_interval_is_finite(timeout))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timeout must be finite")));
-	if (timeout->month != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timeout must not have a month or year part"),
-				 errhint("Express the timeout in days, hours, minutes or seconds.")));
-	if (pg_mul_s64_overflow((int64) timeout->day, USECS_PER_DAY, &days) ||
-		pg_add_s64_overflow(timeout->time, days, &usecs))
-		usecs = (timeout->day < 0) ? PG_INT64_MIN : PG_INT64_MAX;
-	if (usecs < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timeout must not be negative"),
-				 errdetail("The timeout is %s.",
-						   DatumGetCString(DirectFunctionCall1(interval_out,
-															   IntervalPGetDatum(timeout))))));
-	return usecs;
 }
 
 /* A required boolean. */

@@ -51,7 +51,9 @@ typedef struct Lease
 	TimestampTz expires_at;
 	int32		session_pid;	/* 0: not bound to a session */
 	TimestampTz session_start;
-	FullTransactionId xmin;		/* of this row version; part of the handle */
+	TransactionId xmin;			/* of this row version: with its epoch, */
+	FullTransactionId full_xmin;	/* part of the handle; worked out only
+									 * when needed (invalid until then) */
 } Lease;
 
 /* Longest handle text, including the terminating NUL. */

@@ -87,20 +87,31 @@ static ProcessUtility_hook_type prev_utility_hook = NULL;
  * Registration and hooks (every backend)
  * ---------------------------------------------------------------------
  */
+/*
+ * A background worker of hoplock's: connected, started once recovery is
+ * over (so none runs on a hot standby), restarted a second after an error.
+ */
+static void
+describe_worker(BackgroundWorker *worker, const char *function,
+				const char *type)
+{
+	memset(worker, 0, sizeof(*worker));
+	worker->bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker->bgw_restart_time = 1;
+	snprintf(worker->bgw_library_name, BGW_MAXLEN, "hoplock");
+	snprintf(worker->bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker->bgw_type, BGW_MAXLEN, "%s", type);
+}
+
 void
 hoplock_register_launcher(void)
 {
 	BackgroundWorker worker;
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
-		BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 1;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "hoplock");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "hoplock_launcher_main");
+	describe_worker(&worker, "hoplock_launcher_main", "hoplock launcher");
 	snprintf(worker.bgw_name, BGW_MAXLEN, "hoplock launcher");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "hoplock launcher");
 	RegisterBackgroundWorker(&worker);
 }
 
@@ -463,16 +474,9 @@ start_worker(KnownDatabase *db)
 	arg.generation = ++hoplock_shared->slots[slotno].generation;
 	SpinLockRelease(&hoplock_shared->slots[slotno].mutex);
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
-		BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 1;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "hoplock");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "hoplock_worker_main");
+	describe_worker(&worker, "hoplock_worker_main", "hoplock worker");
 	snprintf(worker.bgw_name, BGW_MAXLEN, "hoplock worker for database %s",
 			 db->name);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "hoplock worker");
 	worker.bgw_main_arg = Int32GetDatum(slotno);
 	memcpy(worker.bgw_extra, &arg, sizeof(arg));
 	worker.bgw_notify_pid = MyProcPid;

@@ -354,11 +354,6 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			*new = *cur;
 			new->renewed_at = now;
 			new->expires_at = add_ttl(now, req->ttl);
-			if (req->session_bound)
-			{
-				new->session_pid = MyProcPid;
-				new->session_start = MyStartTimestamp;
-			}
 			break;
 
 		case ACTION_NEW_TERM:
@@ -371,11 +366,6 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->acquired_at = now;
 			new->renewed_at = now;
 			new->expires_at = add_ttl(now, req->ttl);
-			if (req->session_bound)
-			{
-				new->session_pid = MyProcPid;
-				new->session_start = MyStartTimestamp;
-			}
 			break;
 
 		case ACTION_END_TERM:
@@ -396,6 +386,14 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 
 		default:
 			elog(ERROR, "lease action %d writes nothing", (int) action);
+	}
+
+	/* session_bound binds the term it begins or extends to this session */
+	if (req->session_bound &&
+		(action == ACTION_NEW_TERM || action == ACTION_EXTEND))
+	{
+		new->session_pid = MyProcPid;
+		new->session_start = MyStartTimestamp;
 	}
 }
 

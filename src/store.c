@@ -87,6 +87,7 @@ static const Oid result_column_types[] = {
 static struct
 {
 	bool		valid;
+	bool		checked;		/* check_shape() passed since last refill */
 	Oid			table;
 	Oid			index;
 	Oid			result_typrelid;
@@ -104,7 +105,10 @@ invalidate_cache(Datum arg, Oid relid)
 {
 	invalidations++;
 	if (relid == InvalidOid || relid == cache.table || relid == cache.index)
+	{
 		cache.valid = false;
+		cache.checked = false;
+	}
 	if (relid == InvalidOid || relid == cache.result_typrelid)
 	{
 		/*
@@ -150,6 +154,7 @@ fill_cache(void)
 	cache.table = table;
 	cache.index = index;
 	cache.valid = true;
+	cache.checked = false;
 }
 
 /* what: "table" or "type" */
@@ -165,7 +170,7 @@ damaged_install(const char *what, const char *name)
 
 /*
  * The table and its index must be what the install script made, or nothing
- * below is safe.  Only struct fields are read: cheap enough for every call.
+ * below is safe.  Checked again after every invalidation of either.
  */
 static void
 check_shape(LeaseTable *table)
@@ -232,6 +237,16 @@ lease_table_open(LeaseTable *table, LOCKMODE lockmode, bool nowait)
 			fill_cache();
 		if (cache.table == relid && cache.index == indexid)
 		{
+			/*
+			 * Checked and not invalidated since: the relation is there
+			 * (dropping it would have invalidated the cache while we
+			 * locked it).  Otherwise it may be gone.
+			 */
+			if (cache.checked)
+			{
+				table->heap = table_open(relid, NoLock);
+				break;
+			}
 			table->heap = try_relation_open(relid, NoLock);
 			if (table->heap != NULL)
 				break;
@@ -243,7 +258,11 @@ lease_table_open(LeaseTable *table, LOCKMODE lockmode, bool nowait)
 
 	table->index = index_open(indexid, NoLock);
 	table->lockmode = lockmode;
-	check_shape(table);
+	if (!cache.checked)
+	{
+		check_shape(table);
+		cache.checked = true;
+	}
 	return true;
 }
 
@@ -315,7 +334,8 @@ lease_from_slot(TupleTableSlot *slot, Lease *lease)
 	}
 
 	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
-	lease->xmin = full_xid_of(HeapTupleHeaderGetRawXmin(tuple->t_data));
+	lease->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
+	lease->full_xmin = InvalidFullTransactionId;
 	if (should_free)
 		heap_freetuple(tuple);
 }
@@ -427,7 +447,8 @@ lease_insert(LeaseTable *table, Lease *lease)
 
 	heap_insert(table->heap, tuple, GetCurrentCommandId(true), 0, NULL);
 	insert_index_entry(table, tuple, lease, false);
-	lease->xmin = GetCurrentFullTransactionId();
+	lease->full_xmin = GetCurrentFullTransactionId();
+	lease->xmin = XidFromFullTransactionId(lease->full_xmin);
 	CommandCounterIncrement();
 }
 
@@ -452,7 +473,8 @@ lease_update(LeaseTable *table, ItemPointer otid, Lease *lease)
 	{
 		if (index_update)
 			insert_index_entry(table, tuple, lease, true);
-		lease->xmin = GetCurrentFullTransactionId();
+		lease->full_xmin = GetCurrentFullTransactionId();
+	lease->xmin = XidFromFullTransactionId(lease->full_xmin);
 		CommandCounterIncrement();
 	}
 	return result;
@@ -466,8 +488,13 @@ lease_update(LeaseTable *table, ItemPointer otid, Lease *lease)
 void
 lease_format_handle(const Lease *lease, char *buf)
 {
+	FullTransactionId xmin = lease->full_xmin;
+
+	/* the epoch costs a look at nextXid: only for handles someone needs */
+	if (!FullTransactionIdIsValid(xmin))
+		xmin = full_xid_of(lease->xmin);
 	snprintf(buf, LEASE_HANDLE_LEN, INT64_FORMAT ":" UINT64_FORMAT,
-			 lease->generation, U64FromFullTransactionId(lease->xmin));
+			 lease->generation, U64FromFullTransactionId(xmin));
 }
 
 /*
