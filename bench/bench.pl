@@ -28,7 +28,7 @@ my %size = $quick
   ? (reps => 3, n => 2000, nsetup => 1000, nsync => 100, pgbench_s => 1, pgbench_rounds => 1, pairs => 3, pair_s => 1,
 	clients => [ 1, 8 ], lat_rounds => 30, lat_expiries => 40,
 	many => 100_000, renews => 100_000, idle_s => 3)
-  : (reps => 5, n => 20_000, nsetup => 10_000, nsync => 1000, pgbench_s => 3, pgbench_rounds => 3, pairs => 12, pair_s => 2,
+  : (reps => 5, n => 20_000, nsetup => 10_000, nsync => 1000, pgbench_s => 3, pgbench_rounds => 3, pairs => 20, pair_s => 2,
 	clients => [ 1, 8, 32 ], lat_rounds => 200, lat_expiries => 200,
 	many => 1_000_000, renews => 1_000_000, idle_s => 20);
 
@@ -45,14 +45,27 @@ my @report;
 sub say { print "@_\n"; push @report, "@_"; }
 sub note { print "  $_[0]\n"; }
 
+# min, median (the mean of the middle two for an even count), max, and the
+# nearest-rank p50 and p99
 sub stats
 {
 	my @v = sort { $a <=> $b } @_;
-	return (min => $v[0], median => $v[ int($#v / 2) ], max => $v[-1],
+	die "bench: no samples\n" unless @v;
+	return (min => $v[0], median => ($v[ int($#v / 2) ] + $v[ int(($#v + 1) / 2) ]) / 2, max => $v[-1],
 		p99 => $v[ int(0.99 * $#v + 0.5) ], p50 => $v[ int(0.5 * $#v + 0.5) ]);
 }
 sub fmt3 { my %s = stats(@_); return sprintf('%.2f / %.2f / %.2f', @s{qw(min median max)}); }
 sub median { my %s = stats(@_); return $s{median}; }
+
+# The fields of /proc/PID/stat after the command name: [0] is the state,
+# [11] and [12] user and system time, [13] and [14] those of reaped children
+sub proc_stat
+{
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/stat" or die "bench: process $pid: $!\n";
+	my $line = <$fh>;
+	return split ' ', ($line =~ s/^.*\) //sr);
+}
 
 sub set_config
 {
@@ -220,6 +233,26 @@ my @order = ('hoplock renew', 'PL/pgSQL renew', 'bare UPDATE', 'bare UPDATE, int
 	'PL/pgSQL acquire + release', 'advisory lock + unlock');
 my %tps;
 sub script_file { my $f = lc $_[0]; $f =~ s/[^a-z]+/-/g; return "$out/$f.pgbench"; }
+
+# One pgbench run: its tps and transaction count, once its backends are gone
+sub pgbench
+{
+	my ($name, $clients, $seconds) = @_;
+	my $j = $clients < 2 ? 1 : 2;
+	my $res = `pgbench -n -M prepared -c $clients -j $j -T $seconds -f "@{[ script_file($name) ]}" -h $ENV{PGHOST} -p $ENV{PGPORT} -U postgres postgres 2>&1`;
+	my ($tps) = $res =~ /tps = ([\d.]+)/;
+	my ($xacts) = $res =~ /transactions actually processed: (\d+)/;
+	die "bench: pgbench $name, $clients clients, failed:\n$res" unless $tps && $xacts && $? == 0;
+	for (1 .. 1000)
+	{
+		last unless one(q{SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench'});
+		usleep(10_000);
+	}
+	return ($tps, $xacts);
+}
+
+# autovacuum stays out of the runs and of the CPU counted for them
+set_config('autovacuum', 'off');
 for my $name (@order)
 {
 	open my $fh, '>', script_file($name) or die;
@@ -228,15 +261,13 @@ for my $name (@order)
 }
 for my $c (@{ $size{clients} })
 {
-	my $j = $c < 2 ? 1 : 2;
 	for my $round (1 .. $size{pgbench_rounds})
 	{
 		for my $name (@order)
 		{
-			my $res = `pgbench -n -M prepared -c $c -j $j -T $size{pgbench_s} -f "@{[ script_file($name) ]}" -h $ENV{PGHOST} -p $ENV{PGPORT} -U postgres postgres 2>&1`;
-			my ($t) = $res =~ /tps = ([\d.]+)/;
-			push @{ $tps{$name}{$c} }, $t // 0;
-			note("$name, $c clients, round $round: " . ($t // 'failed'));
+			my ($t) = pgbench($name, $c, $size{pgbench_s});
+			push @{ $tps{$name}{$c} }, $t;
+			note("$name, $c clients, round $round: $t");
 		}
 	}
 }
@@ -260,15 +291,29 @@ for my $c (@{ $size{clients} })
 say('');
 
 # The target comparison, renew against UPDATE at 8 clients, in pairs run
-# back to back, so that each ratio compares like with like.
-my @pair_ratios;
+# back to back, so that each ratio compares like with like.  Each run also
+# yields the CPU it cost per transaction, which the machine's other load
+# hardly inflates: the backends' (reaped by the postmaster, whose children's
+# time then holds theirs, once they are gone) and pgbench's own (this
+# script's children's time).
+my $postmaster = (proc_stat(one('SELECT pg_backend_pid()')))[1];
+sub reaped_ticks { my @f = proc_stat($_[0]); return $f[13] + $f[14]; }
+my $clk_tck = `getconf CLK_TCK`;
+chomp $clk_tck;
+my (@pair_ratios, %server_us, %client_us);
 for my $pair (1 .. $size{pairs})
 {
 	my %t;
 	for my $name ($pair % 2 ? ('hoplock renew', 'bare UPDATE') : ('bare UPDATE', 'hoplock renew'))
 	{
-		my $res = `pgbench -n -M prepared -c 8 -j 2 -T $size{pair_s} -f "@{[ script_file($name) ]}" -h $ENV{PGHOST} -p $ENV{PGPORT} -U postgres postgres 2>&1`;
-		($t{$name}) = $res =~ /tps = ([\d.]+)/;
+		my $s0 = reaped_ticks($postmaster);
+		my (undef, undef, $cu0, $cs0) = times;
+		($t{$name}, my $xacts) = pgbench($name, 8, $size{pair_s});
+		my (undef, undef, $cu1, $cs1) = times;
+		usleep(100_000);    # the postmaster reaps them
+		my $s1 = reaped_ticks($postmaster);
+		push @{ $server_us{$name} }, 1e6 * ($s1 - $s0) / $clk_tck / $xacts;
+		push @{ $client_us{$name} }, 1e6 * ($cu1 + $cs1 - $cu0 - $cs0) / $xacts;
 	}
 	push @pair_ratios, $t{'hoplock renew'} / $t{'bare UPDATE'};
 	note(sprintf('pair %d: renew %.0f, UPDATE %.0f, ratio %.2f', $pair, $t{'hoplock renew'}, $t{'bare UPDATE'}, $pair_ratios[-1]));
@@ -279,11 +324,25 @@ say(sprintf('Renew against the bare UPDATE at 8 clients, %d back-to-back pairs o
 	  . 'ratio per pair min / median / max %s (target ≥ 1.0×: %s).',
 	$size{pairs}, $size{pair_s}, fmt3(@pair_ratios), $pair_median >= 1.0 ? 'met' : 'MISSED'));
 say('');
+say('CPU per transaction in those runs, µs, min / median / max: the backends\' (user and system, as the '
+	  . 'postmaster reaps them) and pgbench\'s own, which shares the 2 cores with them:');
+say('');
+say('| workload | backends | pgbench |');
+say('| --- | --- | --- |');
+for my $name ('hoplock renew', 'bare UPDATE')
+{
+	say("| $name | " . fmt3(@{ $server_us{$name} }) . ' | ' . fmt3(@{ $client_us{$name} }) . ' |');
+}
+$results{'renew server cpu vs UPDATE'} = median(@{ $server_us{'hoplock renew'} }) / median(@{ $server_us{'bare UPDATE'} });
+say('');
+say(sprintf('Backend CPU per renewal: %.2f× the bare UPDATE\'s (ratio of medians).', $results{'renew server cpu vs UPDATE'}));
+say('');
 say('A renewal sends the lease row back (six columns: a RowDescription and a DataRow per execution, two '
 	  . 'timestamps formatted); the bare UPDATE sends only its command tag. UPDATE ... RETURNING *, which sends '
 	  . 'a row too, is the like-for-like comparison. Inside the server a renewal costs fewer instructions than '
 	  . 'the UPDATE, its row\'s formatting included (section 1).');
 say('');
+set_config('autovacuum', 'on');
 
 # ---------------------------------------------------------------------------
 # 3. Latency
@@ -307,16 +366,18 @@ sub epoch_of
 sub worker_settled
 {
 	my ($held) = @_;
+	my $old = one(q{SELECT pid FROM hoplock_workers WHERE datname = 'postgres'}) // 0;
 	$db->do('SELECT pg_terminate_backend(pid) FROM hoplock_workers');
 	my $want = $held < 100_000 ? $held : 100_000;
 	for (1 .. 600)
 	{
-		my ($state, $tracked) = $db->selectrow_array(
-			q{SELECT state, leases_tracked FROM hoplock_workers WHERE datname = 'postgres' AND pid IS NOT NULL});
-		return if defined $state && $state eq 'sleeping' && $tracked >= $want;
+		# the restarted worker, not the one on its way out
+		my ($pid, $state, $tracked) = $db->selectrow_array(
+			q{SELECT pid, state, leases_tracked FROM hoplock_workers WHERE datname = 'postgres' AND pid IS NOT NULL});
+		return $pid if defined $pid && $pid != $old && $state eq 'sleeping' && $tracked >= $want;
 		usleep(100_000);
 	}
-	warn "the worker did not settle\n";
+	die "bench: the worker did not settle\n";
 }
 
 # "expired" latency: from expires_at to arrival at a LISTENing client
@@ -346,7 +407,7 @@ sub expired_latency
 		}
 	}
 	$listener->disconnect;
-	warn "only " . scalar(@lags) . " of $n expiries arrived\n" if @lags < $n;
+	die "bench: only " . scalar(@lags) . " of $n expiries arrived\n" if @lags < $n;
 	return @lags;
 }
 
@@ -374,7 +435,13 @@ sub wakeup_latency
 			$holder->do('SELECT pg_advisory_lock(7)');
 			$waiter->do('SELECT pg_advisory_lock(7)', { pg_async => 1 });
 		}
-		usleep(20_000);    # the waiter is asleep by now
+		my $waiter_pid = $waiter->{pg_pid};
+		for (1 .. 1000)
+		{
+			last if one("SELECT wait_event IS NOT NULL AND wait_event <> 'ClientRead' FROM pg_stat_activity WHERE pid = $waiter_pid");
+			usleep(1_000);
+		}
+		usleep(5_000);
 		my $t0 = time();
 		if ($kind eq 'hoplock')
 		{
@@ -464,6 +531,9 @@ say('');
 # table size after many renewals of 1,000 leases
 $db->do('TRUNCATE hoplock_internal.lease');
 $db->do(q{CALL fill_hoplock(1000, '1 day')});
+# this session's counts so far reach the shared counters before the reset
+# (the statement after the call flushes them), so that only these count
+$db->do('SELECT pg_stat_force_next_flush()');
 $db->do('SELECT pg_stat_reset_single_table_counters(\'hoplock_internal.lease\'::regclass)');
 $db->do('CALL renew_spread(1000, 1000)');
 my ($heap1, $index1) = $db->selectrow_array(
@@ -477,6 +547,8 @@ my ($heap2, $index2, $upd, $hot) = $db->selectrow_array(
 	q{SELECT pg_relation_size('hoplock_internal.lease'), pg_relation_size('hoplock_internal.lease_pkey'),
 	         n_tup_upd, n_tup_hot_upd
 	    FROM pg_stat_user_tables WHERE relid = 'hoplock_internal.lease'::regclass});
+die "bench: the statistics count $upd updates of the lease table, not " . (1000 + $size{renews}) . "\n"
+  unless $upd == 1000 + $size{renews};
 my $growth = ($heap2 + $index2) / ($heap1 + $index1);
 $results{'table growth'} = $growth;
 my $renews_label = $size{renews} == 1_000_000 ? '1,000,000' : '100,000';
@@ -496,12 +568,13 @@ say('');
 set_config('hoplock.databases', '');
 $db->do('TRUNCATE hoplock_internal.lease');
 $db->do("CALL fill_hoplock($size{many}, '1 day')");
-worker_settled($size{many});
-my $wpid = one(q{SELECT pid FROM hoplock_workers WHERE datname = 'postgres'});
-sub ticks { my @f = split ' ', (`cat /proc/$_[0]/stat` =~ s/^.*\) //sr); return $f[11] + $f[12]; }
+my $wpid = worker_settled($size{many});
+sub ticks { my @f = proc_stat($_[0]); return $f[11] + $f[12]; }
 my $tk0 = ticks($wpid);
 sleep $size{idle_s};
 my $tk = ticks($wpid) - $tk0;
+die "bench: the worker restarted while measured\n"
+  unless one(q{SELECT pid FROM hoplock_workers WHERE datname = 'postgres'}) == $wpid;
 my $hz = `getconf CLK_TCK`;
 chomp $hz;
 my $tracked = one(q{SELECT leases_tracked FROM hoplock_workers WHERE datname = 'postgres'});
@@ -528,13 +601,22 @@ sub schedule_bytes
 	my $pid = one(q{SELECT pid FROM hoplock_workers WHERE datname = 'postgres'});
 	my $before = -s $logfile;
 	$db->do("SELECT pg_log_backend_memory_contexts($pid)");
-	sleep 1;
-	open my $fh, '<', $logfile or die;
-	seek $fh, $before, 0;
-	local $/;
-	my $log = <$fh>;
-	my ($bytes) = $log =~ /hoplock schedule: (\d+) total in/;
-	return $bytes // 0;
+	# the worker logs its contexts when it next checks for interrupts
+	for (1 .. 50)
+	{
+		usleep(100_000);
+		open my $fh, '<', $logfile or die;
+		seek $fh, $before, 0;
+		local $/;
+		my $log = <$fh>;
+		close $fh;
+		# the schedule's context, and its hash table's (a child)
+		my ($tree) = $log =~ /hoplock schedule: (\d+) total in/;
+		my ($hash) = $log =~ /hoplock schedule by name: (\d+) total in/;
+		return $tree + $hash if defined $tree && defined $hash;
+	}
+	warn "the worker did not log its schedule's memory\n";
+	return 0;
 }
 $db->do('TRUNCATE hoplock_internal.lease');
 $db->do(q{CALL fill_hoplock(1000, '1 day')});

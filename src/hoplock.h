@@ -51,9 +51,9 @@ typedef struct Lease
 	TimestampTz expires_at;
 	int32		session_pid;	/* 0: not bound to a session */
 	TimestampTz session_start;
-	TransactionId xmin;			/* of this row version: with its epoch, */
-	FullTransactionId full_xmin;	/* part of the handle; worked out only
-									 * when needed (invalid until then) */
+	TransactionId xmin;			/* of this row version */
+	FullTransactionId full_xmin;	/* xmin with its epoch, for the handle:
+									 * invalid until someone needs it */
 } Lease;
 
 /* Longest handle text, including the terminating NUL. */

@@ -10,8 +10,9 @@
  *		It holds at most "capacity" leases, the earliest ones: a lease
  *		due before the latest one pushes that one out.  Whatever is left out
  *		brings the horizon down to its deadline: every deadline before the
- *		horizon is in the schedule, deadlines after it may be missing, and
- *		the worker rereads the lease table when it reaches the horizon.
+ *		horizon is in the schedule, deadlines at or after it may be missing,
+ *		and the worker rereads the lease table once it is done with
+ *		everything up to the horizon.
  *
  *		An entry is only a reminder to look: the worker reads the lease
  *		when its time comes, and schedules it again if it was renewed.
@@ -63,6 +64,14 @@ node_compare(const RBTNode *a, const RBTNode *b, void *arg)
 	return strcmp(na->name, nb->name);
 }
 
+/* Each lease has one node (the hash table sees to it): never called. */
+static void
+node_combine(RBTNode *existing, const RBTNode *newdata, void *arg)
+{
+	elog(ERROR, "hoplock schedule has lease \"%s\" twice",
+		 ((const ScheduleNode *) newdata)->name);
+}
+
 static RBTNode *
 node_alloc(void *arg)
 {
@@ -106,7 +115,7 @@ schedule_init(Schedule *s)
 
 	/* rbt_create allocates the tree in the current context */
 	old = MemoryContextSwitchTo(s->cxt);
-	s->tree = rbt_create(sizeof(ScheduleNode), node_compare, NULL,
+	s->tree = rbt_create(sizeof(ScheduleNode), node_compare, node_combine,
 						 node_alloc, node_free, s->cxt);
 	MemoryContextSwitchTo(old);
 
@@ -117,7 +126,7 @@ schedule_init(Schedule *s)
 	ctl.match = name_match;
 	ctl.keycopy = name_copy;
 	ctl.hcxt = s->cxt;
-	s->entries = hash_create("hoplock schedule", 1024, &ctl,
+	s->entries = hash_create("hoplock schedule by name", 1024, &ctl,
 							 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
 							 HASH_KEYCOPY | HASH_CONTEXT);
 	s->horizon = DT_NOEND;
@@ -178,7 +187,6 @@ insert_node(Schedule *s, TimestampTz when, char *name)
 	node.when = when;
 	node.name = name;
 	rbt_insert(s->tree, &node.rbt, &isnew);
-	Assert(isnew);
 }
 
 /*
@@ -192,8 +200,8 @@ schedule_add(Schedule *s, const char *name, int namelen, TimestampTz when)
 	char		key[HOPLOCK_MAX_NAME_BYTES + 1];
 	char	   *keyp = key;
 	ScheduleEntry *entry;
-	bool		found;
 
+	Assert(namelen <= HOPLOCK_MAX_NAME_BYTES);
 	if (when >= s->horizon)
 		return;
 
@@ -231,7 +239,7 @@ schedule_add(Schedule *s, const char *name, int namelen, TimestampTz when)
 	}
 
 	keyp = MemoryContextStrdup(s->cxt, key);
-	entry = hash_search(s->entries, &keyp, HASH_ENTER, &found);
+	entry = hash_search(s->entries, &keyp, HASH_ENTER, NULL);
 	entry->when = when;
 	insert_node(s, when, keyp);
 }

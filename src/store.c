@@ -87,7 +87,8 @@ static const Oid result_column_types[] = {
 static struct
 {
 	bool		valid;
-	bool		checked;		/* check_shape() passed since last refill */
+	bool		checked;		/* check_shape() passed since the last
+								 * invalidation */
 	Oid			table;
 	Oid			index;
 	Oid			result_typrelid;
@@ -282,10 +283,12 @@ lease_table_close(LeaseTable *table, bool keep_locks)
 }
 
 /*
- * The full transaction ID of a row version's xmin.  A version that still
- * exists was written less than 2^31 transactions before the next one to be
- * assigned (or else is so old that no handle taken from it can still be
- * compared), so its epoch is the one that puts it just before nextXid.
+ * The full transaction ID of a row version's xmin: the one that puts it
+ * less than 2^32 transactions before nextXid.  A version left unchanged for
+ * longer (frozen, its raw xmin kept) is given a later epoch than it was
+ * written in, so its handle changes and a hoplock_write with the handle read
+ * before is refused; it is never taken for another version, since no version
+ * of the lease was written after the current one.
  */
 static FullTransactionId
 full_xid_of(TransactionId xid)
@@ -474,7 +477,7 @@ lease_update(LeaseTable *table, ItemPointer otid, Lease *lease)
 		if (index_update)
 			insert_index_entry(table, tuple, lease, true);
 		lease->full_xmin = GetCurrentFullTransactionId();
-	lease->xmin = XidFromFullTransactionId(lease->full_xmin);
+		lease->xmin = XidFromFullTransactionId(lease->full_xmin);
 		CommandCounterIncrement();
 	}
 	return result;
@@ -565,8 +568,8 @@ lease_table_exists(void)
 
 /*
  * Call "callback" for every row the active snapshot sees (the worker's
- * full scan), until it returns false.  The Lease passed points into the callback's own memory only
- * for the duration of the call.
+ * full scan), until it returns false.  The Lease passed to it is valid only
+ * during the call: its fields point into memory reset for each row.
  */
 void
 lease_scan(bool (*callback) (const Lease *lease, void *arg), void *arg)

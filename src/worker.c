@@ -167,6 +167,10 @@ scan_row(const Lease *lease, void *arg)
 	if (lease->state != LEASE_STATE_HELD)
 		return true;
 
+	/* no hoplock function writes such a name: the table was written to */
+	if (VARSIZE_ANY_EXHDR(lease->name) > HOPLOCK_MAX_NAME_BYTES)
+		return true;
+
 	/* a term bound to a session that is gone */
 	if (lease->session_pid != 0 &&
 		!hoplock_session_alive(lease->session_pid, lease->session_start))
@@ -315,9 +319,13 @@ horizon_reached(TimestampTz now)
 	TimestampTz horizon = schedule_horizon(schedule);
 	TimestampTz next;
 
-	/* only once everything before the horizon is done */
+	/*
+	 * Only once everything up to the horizon is done: leases due exactly at
+	 * the horizon may share it with some that were left out, and a rescan
+	 * before they are done would only find them again.
+	 */
 	return horizon <= now &&
-		(!schedule_next(schedule, &next) || next >= horizon);
+		(!schedule_next(schedule, &next) || next > horizon);
 }
 
 /*

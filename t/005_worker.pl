@@ -115,6 +115,22 @@ cmp_ok((sort { $a <=> $b } @first_lags)[-1], '<', 500,
 	'the earliest were announced on time: they pushed later ones out of the schedule');
 cmp_ok($node->safe_psql('postgres', 'SELECT leases_tracked FROM hoplock_workers'), '<=', 100,
 	'and it never tracked more than its capacity');
+$listener->reset;
+
+# More terms than the schedule holds, all with the same deadline (written
+# straight into the table, which no call can do): those it keeps are done
+# before it reads the table again for the rest, and each is announced once.
+$node->safe_psql('postgres', q{
+	SELECT count(hoplock_acquire('tie-' || i, 'a', '1 h')) FROM generate_series(1, 250) AS i;
+	UPDATE hoplock_internal.lease SET expires_at = now() + '1 s' WHERE name LIKE 'tie-%';
+	SELECT pg_terminate_backend(pid) FROM hoplock_workers;
+});
+$events = $listener->collect(15,
+	sub { (grep { $_->{event} eq 'expired' && $_->{name} =~ /^tie-/ } @{ $_[0] }) >= 250 });
+my %ties;
+$ties{ $_->{name} }++ for grep { $_->{event} eq 'expired' && $_->{name} =~ /^tie-/ } @$events;
+is(scalar(keys %ties), 250, 'with a schedule of 100, 250 terms sharing one deadline are all announced');
+is(scalar(grep { $_ != 1 } values %ties), 0, 'each of them once');
 $node->safe_psql('postgres', q{ALTER SYSTEM RESET hoplock.max_tracked_leases; SELECT pg_reload_conf()});
 $listener->reset;
 
