@@ -51,6 +51,7 @@ typedef struct Pending
 	TimestampTz expires_at;
 	Oid			dboid;
 	char	   *message;
+	ConditionVariable *cv;		/* PENDING_WAKE_WAITERS */
 } Pending;
 
 /* Newest first; reset at the end of every transaction */
@@ -133,21 +134,16 @@ at_commit_stop_worker(Oid dboid)
 	item->dboid = dboid;
 }
 
+/*
+ * Broadcasting a condition variable nobody sleeps on costs next to nothing,
+ * so a lease changed twice in one transaction is simply woken twice.
+ */
 void
 at_end_wake_waiters(text *name)
 {
-	Pending    *item;
-
 	if (hoplock_shared == NULL)
 		return;
-	for (item = pending; item != NULL; item = item->next)
-	{
-		if (item->kind == PENDING_WAKE_WAITERS &&
-			hoplock_wait_cv(item->name) == hoplock_wait_cv(name))
-			return;
-	}
-	item = queue(PENDING_WAKE_WAITERS);
-	item->name = copy_name(name);
+	queue(PENDING_WAKE_WAITERS)->cv = hoplock_wait_cv(name);
 }
 
 static void
@@ -224,7 +220,7 @@ resource_release_callback(ResourceReleasePhase phase, bool isCommit,
 	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
 		return;
 	for (Pending *item = wake_after_locks; item != NULL; item = item->next)
-		ConditionVariableBroadcast(hoplock_wait_cv(item->name));
+		ConditionVariableBroadcast(item->cv);
 	wake_after_locks = NULL;
 }
 

@@ -74,6 +74,25 @@ lease_has_state(const Lease *lease)
 	return lease != NULL && lease->state != LEASE_STATE_RELEASED;
 }
 
+/* Byte-wise equality of two texts (names and owners are compared so). */
+static inline bool
+text_equal(const text *a, const text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/* Milliseconds from "now" until "until", rounded up; at least 1. */
+static inline long
+ms_until(TimestampTz now, TimestampTz until)
+{
+	int64		us = until - now;
+
+	if (us <= 0)
+		return 1;
+	return (long) Min((us + 999) / 1000, (int64) INT_MAX);
+}
+
 /* ---------------------------------------------------------------------
  * lease.c: the compare-and-swap every writing call goes through
  * ---------------------------------------------------------------------

@@ -75,8 +75,6 @@ typedef struct KnownDatabase
 #define BUSY_GRACE_US	(60 * USECS_PER_SEC)
 
 static HTAB *known = NULL;
-static Oid *requested_dbs = NULL;
-static int	nrequested_dbs = 0;
 static BackgroundWorkerHandle **handles = NULL;
 static bool slots_full_reported = false;
 
@@ -346,11 +344,11 @@ free_slot(int i)
 }
 
 static bool
-requested_now(Oid dboid)
+requested_now(Oid dboid, const Oid *requested, int nrequested)
 {
-	for (int i = 0; i < nrequested_dbs; i++)
+	for (int i = 0; i < nrequested; i++)
 	{
-		if (requested_dbs[i] == dboid)
+		if (requested[i] == dboid)
 			return true;
 	}
 	return false;
@@ -358,10 +356,10 @@ requested_now(Oid dboid)
 
 /*
  * Collect slots whose worker is done, and stop those that are no longer
- * wanted.
+ * wanted.  "requested" are the databases just asked for.
  */
 static void
-harvest_slots(void)
+harvest_slots(const Oid *requested, int nrequested)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
@@ -410,7 +408,8 @@ harvest_slots(void)
 			else if (stop == STOP_EXTENSION_DROPPED)
 				db->absent = (db->requested_at <= stop_at);
 			else if (stop == STOP_DATABASE_BUSY &&
-					 !requested_now(dboid) && now - stop_at < BUSY_GRACE_US)
+					 !requested_now(dboid, requested, nrequested) &&
+					 now - stop_at < BUSY_GRACE_US)
 				continue;		/* the statement that wanted it is running */
 			free_slot(i);
 		}
@@ -507,8 +506,6 @@ reconcile(Oid *requested, int nrequested, bool rescan_all)
 	KnownDatabase *db;
 
 	read_databases();
-	requested_dbs = requested;
-	nrequested_dbs = nrequested;
 	for (int i = 0; i < nrequested; i++)
 	{
 		db = hash_search(known, &requested[i], HASH_FIND, NULL);
@@ -518,8 +515,7 @@ reconcile(Oid *requested, int nrequested, bool rescan_all)
 			db->absent = false;
 		}
 	}
-	harvest_slots();
-	nrequested_dbs = 0;
+	harvest_slots(requested, nrequested);
 
 	hash_seq_init(&status, known);
 	while ((db = hash_seq_search(&status)) != NULL)

@@ -120,13 +120,6 @@ release_term_lock(text *name, LOCKMODE mode)
  * ---------------------------------------------------------------------
  */
 static bool
-text_equal(text *a, text *b)
-{
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
-static bool
 handle_matches(const Lease *lease, text *handle)
 {
 	char		buf[LEASE_HANDLE_LEN];

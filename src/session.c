@@ -122,11 +122,7 @@ hoplock_session_bind(text *name)
 
 	foreach(lc, bound_names)
 	{
-		text	   *known = (text *) lfirst(lc);
-
-		if (VARSIZE_ANY_EXHDR(known) == VARSIZE_ANY_EXHDR(name) &&
-			memcmp(VARDATA_ANY(known), VARDATA_ANY(name),
-				   VARSIZE_ANY_EXHDR(name)) == 0)
+		if (text_equal((text *) lfirst(lc), name))
 			return;
 	}
 

@@ -43,17 +43,6 @@
 
 static bool polling_notice_given = false;
 
-/* Milliseconds from now until "until", rounded up, at least 1. */
-static long
-ms_until(TimestampTz now, TimestampTz until)
-{
-	int64		us = until - now;
-
-	if (us <= 0)
-		return 1;
-	return (long) Min((us + 999) / 1000, (int64) INT_MAX);
-}
-
 /*
  * Try the acquire; if it fails, sleep until the lease may be free, or the
  * deadline.  Returns true with *result when the lease was acquired.

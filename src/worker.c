@@ -410,7 +410,6 @@ sleep_until_due(void)
 	TimestampTz wake = now + (int64) hoplock_naptime * USECS_PER_SEC;
 	TimestampTz next;
 	bool		has_next = schedule_next(schedule, &next);
-	int64		us;
 
 	if (has_next)
 		wake = Min(wake, next);
@@ -430,11 +429,9 @@ sleep_until_due(void)
 	my_slot->state = WORKER_SLEEPING;
 	SpinLockRelease(&my_slot->mutex);
 
-	us = wake - now;
-	if (us > 0)
+	if (wake > now)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 (long) Min((us + 999) / 1000, (int64) INT_MAX),
-						 PG_WAIT_EXTENSION);
+						 ms_until(now, wake), PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 }
 
