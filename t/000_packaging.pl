@@ -1,6 +1,7 @@
 # Packaging: META.json is valid PGXN meta-spec 1.0.0 and carries the control
-# file's version; every install and upgrade script starts with the guard
-# against being run outside CREATE EXTENSION.
+# file's version; every install and upgrade script (at the top level, as
+# contrib modules keep them) starts with the guard against being run outside
+# CREATE EXTENSION, and the Makefile installs every one of them.
 use strict;
 use warnings;
 use JSON::PP;
@@ -19,12 +20,18 @@ foreach my $key (qw(name abstract version maintainer license provides meta-spec)
 	ok(exists $meta->{$key}, "META.json has the required key $key");
 }
 ok(-f $meta->{provides}{hoplock}{file}, 'provides.hoplock.file exists');
-ok(-f "sql/hoplock--$control_version.sql", 'an install script for the default version exists');
+ok(-f "hoplock--$control_version.sql", 'an install script for the default version exists');
 
-foreach my $script (glob 'sql/hoplock--*.sql')
+foreach my $script (glob 'hoplock--*.sql')
 {
 	like(slurp_file($script), qr/^\\echo Use "(CREATE|ALTER) EXTENSION hoplock.*" to load this file\. \\quit$/m,
 		"$script has the \\echo ... \\quit guard");
+}
+
+my ($data) = slurp_file('Makefile') =~ /^DATA\s*=\s*(.*)$/m;
+foreach my $script (glob 'hoplock--*.sql')
+{
+	like($data, qr/(^|\s)\Q$script\E(\s|$)/, "the Makefile installs $script");
 }
 
 done_testing();

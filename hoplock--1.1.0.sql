@@ -1,0 +1,244 @@
+/* hoplock--1.1.0.sql: install script for hoplock 1.1.0 */
+
+\echo Use "CREATE EXTENSION hoplock" to load this file. \quit
+
+-- Internal state.  Nothing but hoplock's functions writes this schema: they
+-- reach the table directly, not through SQL, so no role needs (or gets) any
+-- privilege on it.
+CREATE SCHEMA hoplock_internal;
+REVOKE ALL ON SCHEMA hoplock_internal FROM PUBLIC;
+COMMENT ON SCHEMA hoplock_internal IS 'hoplock internal state; use the hoplock_* functions';
+
+-- One row per lease name.  The row outlives release (state 'r') so that the
+-- name's next generation is always greater than its last one.  Renewals touch
+-- only unindexed columns, so they are HOT updates; fillfactor leaves room on
+-- each page for them.  Autovacuum never truncates it (vacuum_truncate), since
+-- truncation takes an exclusive lock that every call would have to wait out.
+-- The C code relies on the column order; columns added by an upgrade come
+-- last, as ALTER TABLE adds them.
+CREATE TABLE hoplock_internal.lease (
+    name          text COLLATE "C" NOT NULL,
+    state         "char" NOT NULL,
+    owner         text COLLATE "C" NOT NULL,
+    owner_role    name NOT NULL,
+    generation    bigint NOT NULL,
+    acquired_at   timestamptz NOT NULL,
+    renewed_at    timestamptz NOT NULL,
+    expires_at    timestamptz NOT NULL,
+    session_pid   integer,
+    session_start timestamptz,
+    owner_roleid  oid NOT NULL,
+    CONSTRAINT lease_pkey PRIMARY KEY (name),
+    CONSTRAINT lease_state_check CHECK (state OPERATOR(pg_catalog.=) ANY ('{h,x,r}'::"char"[])),
+    CONSTRAINT lease_generation_check CHECK (generation OPERATOR(pg_catalog.>) 0)
+) WITH (fillfactor = 50, vacuum_truncate = false);
+
+COMMENT ON TABLE hoplock_internal.lease IS
+    'lease state: h = term running (or lapsed, expiry not yet announced), x = lapsed and announced, r = released';
+COMMENT ON COLUMN hoplock_internal.lease.owner_role IS
+    'name of the role that began the term, as it was then';
+COMMENT ON COLUMN hoplock_internal.lease.owner_roleid IS
+    'OID of the role that began the term: only its members may change or fence it';
+
+-- The lease state is kept by pg_dump, so that after a restore every name's
+-- next generation is still greater than any it had.
+SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.lease', '');
+
+-- The generation floor: at most one row, written by the first term that
+-- begins in a new cluster, database or timeline.  With it, every
+-- generation handed out later -- here, on a promoted standby, or in a
+-- copy of this database made by pg_dump or pg_upgrade -- is greater than
+-- any handed out before (see "Generations" in the README).  Kept by pg_dump
+-- too; the install script writes no row, so a restore brings back exactly
+-- the one that was dumped.
+CREATE TABLE hoplock_internal.floor (
+    system_identifier bigint NOT NULL,
+    database          oid NOT NULL,
+    base_era          bigint NOT NULL,
+    base_timeline     bigint NOT NULL,
+    last_timeline     bigint NOT NULL,
+    forgotten         bigint NOT NULL,
+    CONSTRAINT floor_check CHECK (base_era OPERATOR(pg_catalog.>=) 0
+                                  AND base_timeline OPERATOR(pg_catalog.>=) 0
+                                  AND last_timeline OPERATOR(pg_catalog.>=) base_timeline
+                                  AND forgotten OPERATOR(pg_catalog.>=) 0)
+) WITH (vacuum_truncate = false);
+
+CREATE UNIQUE INDEX floor_one_row ON hoplock_internal.floor ((true));
+
+COMMENT ON TABLE hoplock_internal.floor IS
+    'generation floor: era of timeline T is base_era + T - base_timeline in the cluster and database named';
+
+SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.floor', '');
+
+CREATE TYPE @extschema@.hoplock_lease AS (
+    name        text,
+    owner       text,
+    generation  bigint,
+    handle      text,
+    acquired_at timestamptz,
+    expires_at  timestamptz
+);
+
+COMMENT ON TYPE @extschema@.hoplock_lease IS 'one term of a lease, as returned by the hoplock functions';
+
+CREATE FUNCTION @extschema@.hoplock_acquire(name text, owner text, ttl interval,
+                                            session_bound boolean DEFAULT false)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean) IS
+    'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it';
+
+CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, timeout interval,
+                                         session_bound boolean DEFAULT false)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_wait'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean) IS
+    'acquire the lease as soon as it can be had; NULL after timeout';
+
+CREATE FUNCTION @extschema@.hoplock_renew(name text, owner text, ttl interval)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_renew'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.hoplock_renew(name text, owner text, ttl interval, generation bigint)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_renew'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_renew(text, text, interval) IS
+    'extend the owner''s unexpired term; NULL if the owner does not hold the lease';
+COMMENT ON FUNCTION @extschema@.hoplock_renew(text, text, interval, bigint) IS
+    'extend the owner''s unexpired term of the given generation; NULL otherwise';
+
+CREATE FUNCTION @extschema@.hoplock_release(name text, owner text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'hoplock_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.hoplock_release(name text, owner text, generation bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'hoplock_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_release(text, text) IS
+    'end the owner''s term; false if the owner does not hold the lease';
+COMMENT ON FUNCTION @extschema@.hoplock_release(text, text, bigint) IS
+    'end the owner''s term of the given generation; false otherwise';
+
+CREATE FUNCTION @extschema@.hoplock_holder(name text)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_holder'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.hoplock_holder(text) IS
+    'the current unexpired term of the lease, or NULL';
+
+CREATE FUNCTION @extschema@.hoplock_fence(name text, generation bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'hoplock_fence'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_fence(text, bigint) IS
+    'raise 55P03 unless the generation holds the lease; otherwise keep any new term from starting until this transaction ends';
+
+CREATE FUNCTION @extschema@.hoplock_force_release(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'hoplock_force_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE EXECUTE ON FUNCTION @extschema@.hoplock_force_release(text) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.hoplock_force_release(text) IS
+    'operator override: end the current term whoever holds it';
+
+CREATE FUNCTION @extschema@.hoplock_read(name text)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_read'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.hoplock_read(text) IS
+    'the stored state of the lease, expired or not; NULL if it has none';
+
+CREATE FUNCTION @extschema@.hoplock_write(name text, prev_handle text, owner text, ttl interval)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_write'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_write(text, text, text, interval) IS
+    'compare-and-swap: write the lease only if its handle is still prev_handle (NULL: only if it has no state)';
+
+CREATE FUNCTION @extschema@.hoplock_delete(name text, handle text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'hoplock_delete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_delete(text, text) IS
+    'compare-and-swap: end the term only if the lease''s handle is still the given one';
+
+-- The pid of a transaction that holds the lease up: one with an open fence
+-- of its term, or with an uncommitted change of it.  NULL if there is none.
+CREATE FUNCTION hoplock_internal.blocker(name text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'hoplock_blocker'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+-- One clock reading serves every row, so "expired" and "remaining" agree.
+-- A security barrier: a function in the caller's WHERE clause never sees the
+-- released rows the view leaves out.
+CREATE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
+    SELECT l.name,
+           l.owner,
+           l.generation,
+           l.acquired_at,
+           l.renewed_at,
+           l.expires_at,
+           l.expires_at OPERATOR(pg_catalog.<=) c.now AS expired,
+           CASE WHEN l.expires_at OPERATOR(pg_catalog.>) c.now
+                THEN l.expires_at OPERATOR(pg_catalog.-) c.now
+                ELSE '0'::pg_catalog.interval
+           END AS remaining,
+           l.owner_role AS role,
+           l.session_pid IS NOT NULL AS session_bound,
+           l.session_pid AS holder_pid,
+           hoplock_internal.blocker(l.name) AS blocked_by
+      FROM hoplock_internal.lease AS l
+           CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
+     WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
+
+GRANT SELECT ON @extschema@.hoplock_leases TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.hoplock_leases IS
+    'one row per lease that is held or has expired without being released';
+
+-- The expiry workers, one per database they serve (in every database).
+CREATE FUNCTION hoplock_internal.worker_status(
+    OUT datid oid, OUT datname text, OUT pid integer, OUT state text,
+    OUT leases_tracked bigint, OUT next_expiry timestamptz,
+    OUT last_wakeup timestamptz, OUT expiries_announced bigint,
+    OUT last_lag interval, OUT started_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'hoplock_worker_status'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW @extschema@.hoplock_workers AS
+    SELECT * FROM hoplock_internal.worker_status();
+
+GRANT SELECT ON @extschema@.hoplock_workers TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.hoplock_workers IS
+    'the expiry workers: one row per database served';
+
+-- Ask the launcher to start this database's worker once this commits.
+CREATE FUNCTION hoplock_internal.serve_this_database()
+RETURNS void
+AS 'MODULE_PATHNAME', 'hoplock_serve_this_database'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION hoplock_internal.serve_this_database() FROM PUBLIC;
+
+SELECT hoplock_internal.serve_this_database();
