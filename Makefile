@@ -3,22 +3,29 @@
 MODULE_big = hoplock
 OBJS = \
 	src/args.o \
-	src/commit.o \
+	src/dbhooks.o \
 	src/events.o \
+	src/fence.o \
+	src/floor.o \
 	src/functions.o \
 	src/guc.o \
 	src/hoplock.o \
 	src/launcher.o \
 	src/lease.o \
+	src/mailbox.o \
+	src/monitor.o \
+	src/rowwrite.o \
 	src/schedule.o \
 	src/session.o \
 	src/shmem.o \
 	src/store.o \
+	src/table.o \
+	src/termlock.o \
 	src/wait.o \
 	src/worker.o
 
 EXTENSION = hoplock
-DATA = sql/hoplock--1.0.0.sql
+DATA = hoplock--1.0.0.sql hoplock--1.0.0--1.1.0.sql hoplock--1.1.0.sql
 PGFILEDESC = "hoplock - lease-based leader election"
 
 # Regression tests: one file per topic, run on a scratch server that
@@ -35,10 +42,13 @@ REGRESS = \
 	leases_view \
 	bad_input \
 	privileges \
+	security \
 	events \
 	durability \
 	guc \
 	hot \
+	two_phase \
+	table_integrity \
 	reinstall
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
 
@@ -51,7 +61,9 @@ ISOLATION = \
 	notify_payloads \
 	isolation_levels \
 	table_lock \
-	wait_wakeups
+	wait_wakeups \
+	renew_table_busy \
+	reindex_concurrently
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 
 TAP_TESTS = 1
@@ -64,7 +76,7 @@ include $(PGXS)
 
 # Every object depends on the shared headers (PGXS tracks no header
 # dependencies unless the server was configured with --enable-depend).
-$(OBJS): src/hoplock.h src/compat.h src/schedule.h
+$(OBJS): src/hoplock.h src/compat.h src/schedule.h src/shmem.h
 
 # The suites one by one, so that scripts/test can run them all and count.
 .PHONY: check-regress check-isolation check-tap test demo bench bench-quick

@@ -1,7 +1,7 @@
 -- events: the NOTIFY payloads a listener receives, sent only at commit.
 -- A second connection, opened with dblink, is the listener.
 
-CREATE EXTENSION dblink;
+CREATE EXTENSION IF NOT EXISTS dblink;
 SELECT dblink_connect('listener',
            format('dbname=%s port=%s host=%s', current_database(),
                   current_setting('port'),
@@ -114,11 +114,18 @@ SELECT show(hoplock_acquire(E'ev "q" \\ \u00e9\u4e2d', E'o\'w"n\\er', '1 h'));
 SELECT name = E'ev "q" \\ \u00e9\u4e2d' AS name_ok, owner = E'o\'w"n\\er' AS owner_ok
   FROM received();
 
--- The channel is hoplock.channel.
-SET hoplock.channel = 'elsewhere';
+-- The channel is hoplock.channel, set for the whole server (a session
+-- cannot split a lease's stream of events).
+ALTER SYSTEM SET hoplock.channel = 'elsewhere';
+SELECT pg_reload_conf();
+SELECT pg_sleep(0.5);
+SHOW hoplock.channel;
 SELECT dblink_exec('listener', 'LISTEN elsewhere');
 SELECT hoplock_force_release(E'ev "q" \\ \u00e9\u4e2d');
 SELECT * FROM received();
-RESET hoplock.channel;
+ALTER SYSTEM RESET hoplock.channel;
+SELECT pg_reload_conf();
+SELECT pg_sleep(0.5);
+SHOW hoplock.channel;
 
 SELECT dblink_disconnect('listener'), dblink_disconnect('sender');

@@ -70,3 +70,24 @@ SELECT locktype, mode, objsubid, granted
  WHERE pid = pg_backend_pid() AND locktype = 'advisory';
 COMMIT;
 SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory';
+
+-- Outside a transaction block a fence ends with its own statement: unless
+-- that statement writes, it protected nothing, and it fails (25P01) rather
+-- than pretend.
+SELECT show(hoplock_acquire('fen-auto', 'a', '1 h'));
+SELECT hoplock_fence('fen-auto', 1);
+\echo :LAST_ERROR_SQLSTATE
+-- A function that fences and writes, called in autocommit, is protected:
+-- its statement is its transaction.
+CREATE FUNCTION fenced_insert(id int, g bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM hoplock_fence('fen-auto', g);
+    INSERT INTO fenced_work VALUES (id, g);
+END $$;
+SELECT fenced_insert(3, 1);
+SELECT hoplock_force_release('fen-auto');
+SELECT show(hoplock_acquire('fen-auto', 'b', '1 h'));
+SELECT fenced_insert(4, 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM fenced_work ORDER BY id;

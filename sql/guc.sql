@@ -10,9 +10,13 @@ SELECT name, setting, unit, context, vartype, min_val, max_val
  WHERE name LIKE 'hoplock.%'
  ORDER BY name;
 
+-- hoplock.channel is the same for every session (one stream of events per
+-- lease): it is set in the configuration file, not by SET, not even by a
+-- superuser.
+SET hoplock.channel = 'other';
+\echo :LAST_ERROR_SQLSTATE
+
 -- Bad values are refused.
-SET hoplock.channel = '';
-SET hoplock.channel = 'a_channel_name_that_is_far_too_long_to_be_an_identifier_at_all_x';
 SET hoplock.max_ttl = 0;
 SET hoplock.max_ttl = '1 week';
 SET hoplock.notify_renewals = 'maybe';

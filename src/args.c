@@ -2,7 +2,8 @@
  *
  * args.c
  *		Checks of the SQL functions' arguments.  Every check raises before
- *		anything is read or written, so a bad call changes nothing.
+ *		anything is read or written, so a bad call changes nothing, and
+ *		every message names the value given and the limit it broke.
  *
  *		The functions are not STRICT: a NULL where a value is required is an
  *		error (22004), never a silent NULL result.
@@ -17,6 +18,7 @@
 #include "common/int.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 static void
@@ -28,18 +30,43 @@ check_not_null(FunctionCallInfo fcinfo, int argno, const char *what)
 				 errmsg("%s must not be null", what)));
 }
 
+/* Raise if UTF-8 text "p" holds a control character: C0, DEL or C1. */
+static void
+check_controls_utf8(const unsigned char *p, int len, const char *what)
+{
+	for (int i = 0; i < len; i++)
+	{
+		int			code = -1;
+
+		if (p[i] < 0x20 || p[i] == 0x7f)
+			code = p[i];
+		/* U+0080..U+009F are encoded as C2 80..C2 9F */
+		else if (p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 &&
+				 p[i + 1] <= 0x9f)
+			code = p[i + 1];
+
+		if (code >= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must not contain control characters", what),
+					 errdetail("It contains U+%04X.", code)));
+	}
+}
+
 /*
- * A lease name or owner: 1 to HOPLOCK_MAX_NAME_BYTES bytes, no control
- * characters (C0, DEL, and in UTF-8 also C1), so that it can be printed in a
- * log line or a psql table without surprises.
+ * A lease name or owner: 1 to HL_MAX_NAME_BYTES bytes, and no control
+ * characters (C0, DEL and C1), so that it can be printed in a log line or
+ * a psql table without surprises.  In a SQL_ASCII database, where the
+ * server checks nothing, it must also be valid UTF-8; in databases of other
+ * encodings, its characters are judged by their Unicode code points.
  */
 text *
-hoplock_arg_name(FunctionCallInfo fcinfo, int argno, const char *what)
+hl_arg_name(FunctionCallInfo fcinfo, int argno, const char *what)
 {
 	text	   *arg;
 	const unsigned char *p;
 	int			len;
-	bool		utf8 = (GetDatabaseEncoding() == PG_UTF8);
+	int			encoding = GetDatabaseEncoding();
 
 	check_not_null(fcinfo, argno, what);
 	arg = PG_GETARG_TEXT_PP(argno);
@@ -50,29 +77,39 @@ hoplock_arg_name(FunctionCallInfo fcinfo, int argno, const char *what)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must not be empty", what)));
-	if (len > HOPLOCK_MAX_NAME_BYTES)
+	if (len > HL_MAX_NAME_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s is too long", what),
 				 errdetail("It is %d bytes long; the limit is %d bytes.",
-						   len, HOPLOCK_MAX_NAME_BYTES)));
+						   len, HL_MAX_NAME_BYTES)));
 
-	for (int i = 0; i < len; i++)
+	if (encoding == PG_UTF8)
+		check_controls_utf8(p, len, what);
+	else if (encoding == PG_SQL_ASCII)
 	{
-		bool		control = (p[i] < 0x20 || p[i] == 0x7f);
-
-		/* U+0080..U+009F are encoded as C2 80..C2 9F */
-		if (utf8 && p[i] == 0xc2 && i + 1 < len &&
-			p[i + 1] >= 0x80 && p[i + 1] <= 0x9f)
-			control = true;
-
-		if (control)
+		if (!pg_verify_mbstr(PG_UTF8, (const char *) p, len, true))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("%s must not contain control characters", what)));
+					 errmsg("%s must be valid UTF-8", what),
+					 errdetail("In a SQL_ASCII database, names and owners are checked as UTF-8.")));
+		check_controls_utf8(p, len, what);
+	}
+	else
+	{
+		const char *utf8 = pg_server_to_any((const char *) p, len, PG_UTF8);
+
+		check_controls_utf8((const unsigned char *) utf8, strlen(utf8), what);
 	}
 
 	return arg;
+}
+
+static char *
+interval_text(FunctionCallInfo fcinfo, int argno)
+{
+	return DatumGetCString(DirectFunctionCall1(interval_out,
+											   PG_GETARG_DATUM(argno)));
 }
 
 /*
@@ -91,14 +128,16 @@ interval_usecs(FunctionCallInfo fcinfo, int argno, const char *what)
 	check_not_null(fcinfo, argno, what);
 	interval = PG_GETARG_INTERVAL_P(argno);
 
-	if (!hoplock_interval_is_finite(interval))
+	if (!hl_interval_is_finite(interval))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be finite", what)));
+				 errmsg("%s \"%s\" is not finite", what,
+						interval_text(fcinfo, argno))));
 	if (interval->month != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not have a month or year part", what),
+				 errmsg("%s \"%s\" has a month or year part", what,
+						interval_text(fcinfo, argno)),
 				 errhint("Express the %s in days, hours, minutes or seconds.", what)));
 
 	if (pg_mul_s64_overflow((int64) interval->day, USECS_PER_DAY, &days) ||
@@ -107,49 +146,45 @@ interval_usecs(FunctionCallInfo fcinfo, int argno, const char *what)
 	return usecs;
 }
 
-static char *
-interval_text(FunctionCallInfo fcinfo, int argno)
-{
-	return DatumGetCString(DirectFunctionCall1(interval_out,
-											   PG_GETARG_DATUM(argno)));
-}
-
 /* A ttl, in microseconds: positive, and at most hoplock.max_ttl. */
 int64
-hoplock_arg_ttl(FunctionCallInfo fcinfo, int argno)
+hl_arg_ttl(FunctionCallInfo fcinfo, int argno)
 {
 	int64		usecs = interval_usecs(fcinfo, argno, "ttl");
 
-	if (usecs > (int64) hoplock_max_ttl * USECS_PER_SEC)
+	if (usecs > (int64) hl_max_ttl * USECS_PER_SEC)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must not exceed \"hoplock.max_ttl\""),
-				 errdetail("The ttl is %s; \"hoplock.max_ttl\" is %d seconds.",
-						   interval_text(fcinfo, argno), hoplock_max_ttl)));
+				 errmsg("ttl \"%s\" exceeds hoplock.max_ttl (%s)",
+						interval_text(fcinfo, argno),
+						GetConfigOption("hoplock.max_ttl", false, false)),
+				 errdetail("The ttl is %.6f seconds; the limit is %d seconds.",
+						   (double) usecs / USECS_PER_SEC, hl_max_ttl),
+				 errhint("A bare number is read as seconds: pass a duration as text with its unit, such as '15s' or '1500ms'.")));
 	if (usecs <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must be positive"),
-				 errdetail("The ttl is %s.", interval_text(fcinfo, argno))));
+				 errmsg("ttl \"%s\" is not positive",
+						interval_text(fcinfo, argno))));
 	return usecs;
 }
 
 /* A timeout, in microseconds: zero or more. */
 int64
-hoplock_arg_timeout(FunctionCallInfo fcinfo, int argno)
+hl_arg_timeout(FunctionCallInfo fcinfo, int argno)
 {
 	int64		usecs = interval_usecs(fcinfo, argno, "timeout");
 
 	if (usecs < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timeout must not be negative"),
-				 errdetail("The timeout is %s.", interval_text(fcinfo, argno))));
+				 errmsg("timeout \"%s\" is negative",
+						interval_text(fcinfo, argno))));
 	return usecs;
 }
 
 int64
-hoplock_arg_generation(FunctionCallInfo fcinfo, int argno)
+hl_arg_generation(FunctionCallInfo fcinfo, int argno)
 {
 	int64		generation;
 
@@ -158,15 +193,14 @@ hoplock_arg_generation(FunctionCallInfo fcinfo, int argno)
 	if (generation <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("generation must be positive"),
-				 errdetail("The generation given is " INT64_FORMAT ".",
-						   generation)));
+				 errmsg("generation " INT64_FORMAT " is not positive",
+						generation)));
 	return generation;
 }
 
 /* A required boolean. */
 bool
-hoplock_arg_bool(FunctionCallInfo fcinfo, int argno, const char *what)
+hl_arg_bool(FunctionCallInfo fcinfo, int argno, const char *what)
 {
 	if (PG_NARGS() <= argno)
 		return false;
@@ -176,7 +210,7 @@ hoplock_arg_bool(FunctionCallInfo fcinfo, int argno, const char *what)
 
 /* Any other required text argument, such as a handle. */
 text *
-hoplock_arg_text(FunctionCallInfo fcinfo, int argno, const char *what)
+hl_arg_text(FunctionCallInfo fcinfo, int argno, const char *what)
 {
 	check_not_null(fcinfo, argno, what);
 	return PG_GETARG_TEXT_PP(argno);

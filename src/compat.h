@@ -19,14 +19,29 @@
 #include "access/genam.h"
 #include "access/heapam.h"
 #include "access/xlog.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
 #include "nodes/execnodes.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#if PG_VERSION_NUM >= 140000
+#include "common/cryptohash.h"
+#endif
+#include "common/sha2.h"
+
+#if PG_VERSION_NUM >= 170000
+#include "storage/procarray.h"
+#else
+#include "storage/sinvaladt.h"
+#endif
+
 /* PostgreSQL 18 added an instrumentation argument to index_beginscan. */
 static inline IndexScanDesc
-hoplock_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
-						int nkeys)
+hl_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
+				   int nkeys)
 {
 #if PG_VERSION_NUM >= 180000
 	return index_beginscan(heap, index, snapshot, NULL, nkeys, 0);
@@ -35,14 +50,23 @@ hoplock_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
 #endif
 }
 
+/* Which indexes need entries for a new row version */
+typedef enum HlIndexUpdate
+{
+	HL_INDEX_NONE,				/* heap-only: none */
+	HL_INDEX_SUMMARIZING,		/* heap-only, but summarizing ones (BRIN) */
+	HL_INDEX_ALL
+} HlIndexUpdate;
+
 /*
- * heap_update without waiting.  Sets *index_update when the new version is
- * not heap-only, so the caller must insert index entries for it.  Since
- * PostgreSQL 16 heap_update says so itself; before, the new tuple is marked.
+ * heap_update without waiting.  Says which indexes need entries for the new
+ * version.  Since PostgreSQL 16 heap_update says so itself (and HOT updates
+ * can still need entries in summarizing indexes); before, the new tuple is
+ * marked heap-only.
  */
 static inline TM_Result
-hoplock_heap_update(Relation rel, ItemPointer otid, HeapTuple newtup,
-					CommandId cid, TM_FailureData *tmfd, bool *index_update)
+hl_heap_update(Relation rel, ItemPointer otid, HeapTuple newtup,
+			   CommandId cid, TM_FailureData *tmfd, HlIndexUpdate *indexes)
 {
 	LockTupleMode lockmode;
 	TM_Result	result;
@@ -51,25 +75,115 @@ hoplock_heap_update(Relation rel, ItemPointer otid, HeapTuple newtup,
 
 	result = heap_update(rel, otid, newtup, cid, InvalidSnapshot, false,
 						 tmfd, &lockmode, &update_indexes);
-	*index_update = (update_indexes == TU_All);
+	*indexes = update_indexes == TU_All ? HL_INDEX_ALL :
+		update_indexes == TU_Summarizing ? HL_INDEX_SUMMARIZING :
+		HL_INDEX_NONE;
 #else
 	result = heap_update(rel, otid, newtup, cid, InvalidSnapshot, false,
 						 tmfd, &lockmode);
-	*index_update = (result == TM_Ok && !HeapTupleIsHeapOnly(newtup));
+	*indexes = (result == TM_Ok && !HeapTupleIsHeapOnly(newtup)) ?
+		HL_INDEX_ALL : HL_INDEX_NONE;
 #endif
 	return result;
 }
 
-/* PostgreSQL 14 added the "index unchanged" hint to index_insert. */
+/* A ResultRelInfo outside any range table, as the executor sets one up. */
 static inline void
-hoplock_index_insert(Relation index, Datum *values, bool *isnull,
-					 ItemPointer tid, Relation heap, IndexUniqueCheck check,
-					 bool unchanged, IndexInfo *info)
+hl_init_result_rel(ResultRelInfo *rri, Relation rel, EState *estate)
+{
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+#if PG_VERSION_NUM >= 140000
+	/* so that the trigger machinery finds it rather than opening another */
+	estate->es_opened_result_relations =
+		lappend(estate->es_opened_result_relations, rri);
+#else
+	estate->es_result_relations = rri;
+	estate->es_num_result_relations = 1;
+	estate->es_result_relation_info = rri;
+#endif
+}
+
+/* Close what hl_init_result_rel's EState opened: indexes, trigger targets. */
+static inline void
+hl_close_result_rels(EState *estate, ResultRelInfo *rri)
 {
 #if PG_VERSION_NUM >= 140000
-	index_insert(index, values, isnull, tid, heap, check, unchanged, info);
+	ExecCloseResultRelations(estate);
 #else
-	index_insert(index, values, isnull, tid, heap, check, info);
+	ExecCloseIndices(rri);
+	ExecCleanUpTriggerState(estate);
+#endif
+}
+
+/* Index entries for the row in "slot", in every index ready for inserts. */
+static inline List *
+hl_insert_index_tuples(ResultRelInfo *rri, TupleTableSlot *slot,
+					   EState *estate, bool update, bool summarizing_only)
+{
+#if PG_VERSION_NUM >= 160000
+	return ExecInsertIndexTuples(rri, slot, estate, update, false, NULL, NIL,
+								 summarizing_only);
+#elif PG_VERSION_NUM >= 140000
+	return ExecInsertIndexTuples(rri, slot, estate, update, false, NULL, NIL);
+#else
+	return ExecInsertIndexTuples(slot, estate, false, NULL, NIL);
+#endif
+}
+
+/* Queue the AFTER ROW UPDATE triggers of a row updated at "tid". */
+static inline void
+hl_ar_update_triggers(EState *estate, ResultRelInfo *rri, ItemPointer tid,
+					  TupleTableSlot *slot, List *recheck)
+{
+#if PG_VERSION_NUM >= 150000
+	ExecARUpdateTriggers(estate, rri, NULL, NULL, tid, NULL, slot, recheck,
+						 NULL, false);
+#else
+	ExecARUpdateTriggers(estate, rri, tid, NULL, slot, recheck, NULL);
+#endif
+}
+
+/* The process holding a virtual transaction, or 0. */
+static inline int
+hl_vxid_pid(VirtualTransactionId vxid)
+{
+	PGPROC	   *proc;
+
+#if PG_VERSION_NUM >= 170000
+	proc = ProcNumberGetProc(vxid.procNumber);
+	if (proc == NULL || proc->vxid.lxid != vxid.localTransactionId)
+		return 0;
+#else
+	proc = BackendIdGetProc(vxid.backendId);
+	if (proc == NULL || proc->lxid != vxid.localTransactionId)
+		return 0;
+#endif
+	return proc->pid;
+}
+
+/* SHA-256 of "len" bytes at "data" into "digest". */
+static inline void
+hl_sha256(const uint8 *data, size_t len, uint8 digest[PG_SHA256_DIGEST_LENGTH])
+{
+#if PG_VERSION_NUM >= 140000
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+
+	if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, data, len) < 0 ||
+#if PG_VERSION_NUM >= 150000
+		pg_cryptohash_final(ctx, digest, PG_SHA256_DIGEST_LENGTH) < 0
+#else
+		pg_cryptohash_final(ctx, digest) < 0
+#endif
+		)
+		elog(ERROR, "could not compute SHA-256 digest");
+	pg_cryptohash_free(ctx);
+#else
+	pg_sha256_ctx ctx;
+
+	pg_sha256_init(&ctx);
+	pg_sha256_update(&ctx, data, len);
+	pg_sha256_final(&ctx, digest);
 #endif
 }
 
@@ -89,19 +203,27 @@ GetWALInsertionTimeLine(void)
 
 /* PostgreSQL 14 added readOnlyTree to ProcessUtility_hook. */
 #if PG_VERSION_NUM >= 140000
-#define HOPLOCK_UTILITY_ARGS \
+#define HL_UTILITY_ARGS \
 	PlannedStmt *pstmt, const char *queryString, bool readOnlyTree, \
 	ProcessUtilityContext context, ParamListInfo params, \
 	QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc
-#define HOPLOCK_UTILITY_CALL(fn) \
+#define HL_UTILITY_CALL(fn) \
 	fn(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc)
 #else
-#define HOPLOCK_UTILITY_ARGS \
+#define HL_UTILITY_ARGS \
 	PlannedStmt *pstmt, const char *queryString, \
 	ProcessUtilityContext context, ParamListInfo params, \
 	QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc
-#define HOPLOCK_UTILITY_CALL(fn) \
+#define HL_UTILITY_CALL(fn) \
 	fn(pstmt, queryString, context, params, queryEnv, dest, qc)
+#endif
+
+/* PostgreSQL 16 replaced pg_database_ownercheck and friends. */
+#if PG_VERSION_NUM >= 160000
+#define hl_database_owner(dboid) \
+	object_ownercheck(DatabaseRelationId, (dboid), GetUserId())
+#else
+#define hl_database_owner(dboid) pg_database_ownercheck((dboid), GetUserId())
 #endif
 
 /* PostgreSQL 15 added InitMaterializedSRF; before, set-returning functions
@@ -139,14 +261,19 @@ InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags)
  */
 #if PG_VERSION_NUM < 150000
 #include "commands/async.h"
-#define hoplock_notify_after_commit() ProcessCompletedNotifies()
+#define hl_notify_after_commit() ProcessCompletedNotifies()
 #else
-#define hoplock_notify_after_commit() ((void) 0)
+#define hl_notify_after_commit() ((void) 0)
+#endif
+
+/* PostgreSQL 14 made string keys of hash tables explicit. */
+#if PG_VERSION_NUM < 140000
+#define HASH_STRINGS 0
 #endif
 
 /* PostgreSQL 17 added infinite intervals. */
 static inline bool
-hoplock_interval_is_finite(const Interval *interval)
+hl_interval_is_finite(const Interval *interval)
 {
 #if PG_VERSION_NUM >= 170000
 	return !INTERVAL_NOT_FINITE(interval);

@@ -3,6 +3,10 @@
  * guc.c
  *		hoplock's settings, all under the reserved "hoplock." prefix.
  *
+ *		hoplock.channel is the same for every session of a server (set in
+ *		the configuration file): one lease's events, whoever sends them --
+ *		the calls or the expiry worker --, must reach one channel.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -17,15 +21,17 @@
 #include "utils/guc.h"
 #include "utils/varlena.h"
 
-int			hoplock_max_ttl = 86400;	/* seconds */
-char	   *hoplock_channel = NULL;
-bool		hoplock_notify_renewals = false;
-bool		hoplock_log_events = false;
-char	   *hoplock_databases = NULL;
-int			hoplock_naptime = 60;	/* seconds */
-int			hoplock_max_tracked = 100000;
-int			hoplock_max_databases = 8;
-int			hoplock_queue_size = 1024;
+int			hl_max_ttl = 86400;	/* seconds */
+char	   *hl_channel = NULL;
+bool		hl_notify_renewals = false;
+bool		hl_log_events = false;
+char	   *hl_databases = NULL;
+int			hl_naptime = 60;	/* seconds */
+int			hl_max_tracked = 100000;
+int			hl_max_databases = 8;
+int			hl_queue_size = 1024;
+int			hl_hung_holder_timeout = 5000;	/* milliseconds */
+int			hl_max_names_per_role = 0;
 
 /*
  * A NOTIFY channel is an identifier: not empty, shorter than NAMEDATALEN.
@@ -51,13 +57,17 @@ check_channel(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-/* hoplock.databases: a comma-separated list of database names */
+/*
+ * hoplock.databases: a comma-separated list of database names, each taken
+ * as written (no case folding: "MyDB" is the database MyDB), double quotes
+ * allowed around a name that holds a comma.
+ */
 static bool
 check_databases(char **newval, void **extra, GucSource source)
 {
 	char	   *copy = pstrdup(*newval);
 	List	   *names;
-	bool		ok = SplitIdentifierString(copy, ',', &names);
+	bool		ok = SplitGUCList(copy, ',', &names);
 
 	list_free(names);
 	pfree(copy);
@@ -66,13 +76,37 @@ check_databases(char **newval, void **extra, GucSource source)
 	return ok;
 }
 
+/* Is "dbname" one of hoplock.databases (or is that setting empty)? */
+bool
+hl_database_listed(const char *dbname)
+{
+	char	   *list;
+	List	   *names;
+	ListCell   *lc;
+	bool		listed = false;
+
+	if (hl_databases == NULL || hl_databases[0] == '\0')
+		return true;
+	list = pstrdup(hl_databases);
+	if (!SplitGUCList(list, ',', &names))
+		return false;			/* the check hook keeps this from happening */
+	foreach(lc, names)
+	{
+		if (strcmp((char *) lfirst(lc), dbname) == 0)
+			listed = true;
+	}
+	list_free(names);
+	pfree(list);
+	return listed;
+}
+
 void
-hoplock_define_gucs(void)
+hl_define_gucs(void)
 {
 	DefineCustomIntVariable("hoplock.max_ttl",
 							"Largest ttl a lease may be acquired or renewed with.",
 							NULL,
-							&hoplock_max_ttl,
+							&hl_max_ttl,
 							86400,
 							1,
 							INT_MAX,
@@ -82,17 +116,17 @@ hoplock_define_gucs(void)
 
 	DefineCustomStringVariable("hoplock.channel",
 							   "NOTIFY channel on which lease events are sent.",
-							   NULL,
-							   &hoplock_channel,
+							   "The same for every session, so that each lease has one stream of events.",
+							   &hl_channel,
 							   "hoplock",
-							   PGC_SUSET,
+							   PGC_SIGHUP,
 							   0,
 							   check_channel, NULL, NULL);
 
 	DefineCustomBoolVariable("hoplock.notify_renewals",
 							 "Also send a \"renewed\" event for every renewal.",
 							 NULL,
-							 &hoplock_notify_renewals,
+							 &hl_notify_renewals,
 							 false,
 							 PGC_USERSET,
 							 0,
@@ -101,16 +135,27 @@ hoplock_define_gucs(void)
 	DefineCustomBoolVariable("hoplock.log_events",
 							 "Also write every lease event to the server log.",
 							 NULL,
-							 &hoplock_log_events,
+							 &hl_log_events,
 							 false,
 							 PGC_SUSET,
 							 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomIntVariable("hoplock.max_names_per_role",
+							"Most lease names one role may have (0: no limit).",
+							"Counts the names whose last term the role began; superusers are not limited.",
+							&hl_max_names_per_role,
+							0,
+							0,
+							INT_MAX,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
 	DefineCustomStringVariable("hoplock.databases",
 							   "Databases the expiry worker serves (empty: every database with hoplock).",
-							   NULL,
-							   &hoplock_databases,
+							   "A comma-separated list of names, taken as written.",
+							   &hl_databases,
 							   "",
 							   PGC_SIGHUP,
 							   GUC_LIST_INPUT,
@@ -119,7 +164,7 @@ hoplock_define_gucs(void)
 	DefineCustomIntVariable("hoplock.naptime",
 							"Longest sleep of the expiry worker and the launcher.",
 							"They wake earlier when a lease is due or a database needs them.",
-							&hoplock_naptime,
+							&hl_naptime,
 							60,
 							1,
 							INT_MAX / 1000,
@@ -130,12 +175,23 @@ hoplock_define_gucs(void)
 	DefineCustomIntVariable("hoplock.max_tracked_leases",
 							"Running terms each expiry worker keeps in its schedule.",
 							"Beyond it, the worker keeps the earliest and reads the lease table again when it reaches them.",
-							&hoplock_max_tracked,
+							&hl_max_tracked,
 							100000,
 							100,
 							INT_MAX / 2,
 							PGC_SIGHUP,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("hoplock.hung_holder_timeout",
+							"How long after a term lapses a session may keep holding it up before the expiry worker ends it (0: never).",
+							"Holding up means an open fence of the term, or an uncommitted renewal of it, in a transaction that does not end.",
+							&hl_hung_holder_timeout,
+							5000,
+							0,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	/*
@@ -147,7 +203,7 @@ hoplock_define_gucs(void)
 		DefineCustomIntVariable("hoplock.max_databases",
 								"Databases the expiry workers can serve at once.",
 								NULL,
-								&hoplock_max_databases,
+								&hl_max_databases,
 								8,
 								1,
 								1024,
@@ -157,8 +213,8 @@ hoplock_define_gucs(void)
 
 		DefineCustomIntVariable("hoplock.queue_size",
 								"Deadlines each database's worker can be sent before it reads them.",
-								"Beyond it, the worker reads the whole lease table instead.",
-								&hoplock_queue_size,
+								"Beyond it, the worker reads the lease table again instead.",
+								&hl_queue_size,
 								1024,
 								16,
 								1024 * 1024,

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * hoplock.c
- *		Module entry point: defines the settings and hooks the transaction
- *		callbacks.  Loading hoplock through shared_preload_libraries also
- *		sets up its shared memory and background worker.
+ *		Module entry point: defines the settings, and lets each file hook
+ *		the end-of-transaction work it owns.  Loading hoplock through
+ *		shared_preload_libraries also sets up its shared memory and the
+ *		launcher of the expiry workers.
  *
  *-------------------------------------------------------------------------
  */
@@ -11,6 +12,7 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "shmem.h"
 
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -22,13 +24,19 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
-	hoplock_define_gucs();
-	hoplock_commit_init();
-	hoplock_install_hooks();
+	hl_define_gucs();
+
+	hl_lease_init();
+	hl_fence_init();
+	hl_events_init();
+	hl_mailbox_init();
+	hl_wait_init();
+	hl_session_init();
+	hl_install_hooks();
 
 	if (process_shared_preload_libraries_in_progress)
 	{
-		hoplock_shmem_init();
-		hoplock_register_launcher();
+		hl_shmem_init();
+		hl_register_launcher();
 	}
 }

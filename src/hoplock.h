@@ -4,6 +4,11 @@
  *		Declarations shared by hoplock's source files: the lease as C sees
  *		it, the compare-and-swap request, and each file's entry points.
  *
+ *		Naming: the SQL-callable functions are hoplock_<sqlname>; every other
+ *		symbol another file can see starts with hl_ (before PostgreSQL 16
+ *		the server loads libraries with global symbol visibility, so a bare
+ *		name could collide with another library's).
+ *
  *-------------------------------------------------------------------------
  */
 #ifndef HOPLOCK_H
@@ -15,18 +20,15 @@
 #include "access/transam.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
-#include "port/atomics.h"
 #include "storage/buf.h"
 #include "storage/condition_variable.h"
 #include "storage/itemptr.h"
-#include "storage/latch.h"
 #include "storage/lockdefs.h"
-#include "storage/spin.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
 
 /* Largest lease name or owner, in bytes. */
-#define HOPLOCK_MAX_NAME_BYTES	256
+#define HL_MAX_NAME_BYTES	256
 
 /* Row states of hoplock_internal.lease.state */
 #define LEASE_STATE_HELD		'h' /* term running, or lapsed but not yet
@@ -44,7 +46,8 @@ typedef struct Lease
 	text	   *name;
 	text	   *owner;
 	char		state;
-	NameData	owner_role;		/* the role that began the term */
+	NameData	owner_role;		/* name of the role that began the term */
+	Oid			owner_roleid;	/* ... and its OID */
 	int64		generation;
 	TimestampTz acquired_at;
 	TimestampTz renewed_at;
@@ -61,7 +64,7 @@ typedef struct Lease
 
 /* The term is running right now (clock before expires_at). */
 static inline bool
-lease_is_held(const Lease *lease, TimestampTz now)
+hl_lease_is_held(const Lease *lease, TimestampTz now)
 {
 	return lease != NULL && lease->state == LEASE_STATE_HELD &&
 		now < lease->expires_at;
@@ -69,14 +72,14 @@ lease_is_held(const Lease *lease, TimestampTz now)
 
 /* The row describes a term, running or lapsed, rather than nothing. */
 static inline bool
-lease_has_state(const Lease *lease)
+hl_lease_has_state(const Lease *lease)
 {
 	return lease != NULL && lease->state != LEASE_STATE_RELEASED;
 }
 
 /* Byte-wise equality of two texts (names and owners are compared so). */
 static inline bool
-text_equal(const text *a, const text *b)
+hl_text_equal(const text *a, const text *b)
 {
 	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
@@ -84,7 +87,7 @@ text_equal(const text *a, const text *b)
 
 /* Milliseconds from "now" until "until", rounded up; at least 1. */
 static inline long
-ms_until(TimestampTz now, TimestampTz until)
+hl_ms_until(TimestampTz now, TimestampTz until)
 {
 	int64		us = until - now;
 
@@ -122,6 +125,8 @@ typedef struct LeaseRequest
 	bool		session_bound;	/* acquire: bind the term to this session */
 	int32		session_pid;	/* session_end: the session that ended */
 	TimestampTz session_start;
+	bool		busy_is_contention; /* a locked table is contention (waits,
+									 * the worker), not an error */
 } LeaseRequest;
 
 typedef enum LeaseOutcome
@@ -132,213 +137,178 @@ typedef enum LeaseOutcome
 								 * by another transaction right now */
 } LeaseOutcome;
 
-extern LeaseOutcome lease_cas(const LeaseRequest *req, Lease *result,
-							  bool *found);
-extern void lease_fence(text *name, int64 generation);
-extern bool lease_lookup(text *name, Lease *lease);
+extern LeaseOutcome hl_lease_cas(const LeaseRequest *req, Lease *result,
+								 bool *found);
+extern bool hl_lease_lookup(text *name, Lease *lease);
+/* Who holds a lease up (hl_lease_blocker) */
+typedef enum HlBlockerKind
+{
+	BLOCKER_NONE,
+	BLOCKER_FENCE,				/* an open fence of the current term */
+	BLOCKER_TERM_CHANGE,		/* a term beginning or ending, in flight */
+	BLOCKER_ROW_CHANGE			/* another uncommitted change: a renewal */
+} HlBlockerKind;
+
+extern int	hl_lease_blocker(text *name, HlBlockerKind *kind);
+extern void hl_check_term_role(const Lease *lease);
+extern void hl_lease_init(void);
+extern void hl_prevent_write(const char *fn);
 
 /* ---------------------------------------------------------------------
- * store.c: the lease table, read and written directly
+ * fence.c: hoplock_fence
  * ---------------------------------------------------------------------
  */
-typedef struct LeaseTable
-{
-	Relation	heap;
-	Relation	index;
-	LOCKMODE	lockmode;
-} LeaseTable;
+extern void hl_fence(text *name, int64 generation);
+extern void hl_fence_init(void);
 
+/* ---------------------------------------------------------------------
+ * termlock.c: the per-name term lock
+ * ---------------------------------------------------------------------
+ */
+extern bool hl_term_trylock(text *name, LOCKMODE mode);
+extern void hl_term_unlock(text *name, LOCKMODE mode);
+extern void hl_term_lock_holders(text *name, int *fence_pid,
+								 int *change_pid);
+extern uint32 hl_name_bucket(text *name, uint32 nbuckets);
+
+/* ---------------------------------------------------------------------
+ * table.c: finding hoplock's tables and checking that they can be trusted
+ * ---------------------------------------------------------------------
+ */
+typedef enum HlRel
+{
+	HL_REL_LEASE,
+	HL_REL_FLOOR,
+	HL_NRELS
+} HlRel;
+
+typedef struct HlTableInfo HlTableInfo;
+
+typedef struct HlRelation
+{
+	HlRel		which;
+	Relation	heap;
+	Relation	index;			/* lease: its primary key; floor: NULL */
+	LOCKMODE	lockmode;
+	HlTableInfo *info;			/* what the shape check found out */
+} HlRelation;
+
+extern bool hl_open(HlRel which, LOCKMODE lockmode, bool wait,
+					HlRelation *rel);
+extern void hl_close(HlRelation *rel, bool keep_locks);
+extern void hl_table_busy_error(HlRel which) pg_attribute_noreturn();
+extern bool hl_extension_installed(void);
+extern TupleDesc hl_lease_result_desc(FunctionCallInfo fcinfo);
+extern bool hl_lock_relation_briefly(Oid relid, LOCKMODE lockmode);
+extern bool hl_table_has_foreign_constraints(HlRelation *rel);
+extern bool hl_table_has_after_triggers(HlRelation *rel);
+
+/* ---------------------------------------------------------------------
+ * rowwrite.c: writing a row as the executor would
+ * ---------------------------------------------------------------------
+ */
+extern void hl_row_insert(HlRelation *rel, HeapTuple tuple);
+extern TM_Result hl_row_update(HlRelation *rel, ItemPointer otid,
+							   HeapTuple tuple);
+
+/* ---------------------------------------------------------------------
+ * store.c: lease rows
+ * ---------------------------------------------------------------------
+ */
 typedef struct LeaseVersion
 {
 	bool		found;
 	ItemPointerData tid;
-	Buffer		buffer;			/* pinned until lease_version_release() */
+	Buffer		buffer;			/* pinned until hl_version_release() */
 	TransactionId inflight;		/* another transaction is inserting or
 								 * updating this version right now */
 	Lease		lease;
 } LeaseVersion;
 
-extern bool lease_table_open(LeaseTable *table, LOCKMODE lockmode,
-							 bool nowait);
-extern void lease_table_close(LeaseTable *table, bool keep_locks);
-extern void lease_fetch(LeaseTable *table, text *name, Snapshot snapshot,
-						LeaseVersion *version);
-extern void lease_version_release(LeaseVersion *version);
-extern bool lease_table_exists(void);
-extern void lease_scan(bool (*callback) (const Lease *lease, void *arg),
-					   void *arg);
-extern void lease_insert(LeaseTable *table, Lease *lease);
-extern TM_Result lease_update(LeaseTable *table, ItemPointer otid,
-							  Lease *lease);
-extern void lease_format_handle(const Lease *lease, char *buf);
-extern TupleDesc lease_result_desc(FunctionCallInfo fcinfo);
+extern void hl_store_fetch(HlRelation *rel, text *name, Snapshot snapshot,
+						   LeaseVersion *version);
+extern void hl_version_release(LeaseVersion *version);
+extern void hl_store_insert(HlRelation *rel, Lease *lease);
+extern TM_Result hl_store_update(HlRelation *rel, ItemPointer otid,
+								 Lease *lease);
+extern void hl_store_scan(text *after, int limit,
+						  bool (*callback) (const Lease *lease, void *arg),
+						  void *arg);
+extern int64 hl_store_count_role(HlRelation *rel, Oid roleid, int64 limit);
+extern void hl_format_handle(const Lease *lease, char *buf);
+
+/* ---------------------------------------------------------------------
+ * floor.c: the generation floor
+ * ---------------------------------------------------------------------
+ */
+extern bool hl_next_generation(const Lease *cur, int64 *generation,
+							   bool *busy);
+extern void hl_floor_refresh(void);
 
 /* ---------------------------------------------------------------------
  * events.c: NOTIFY payloads and log lines
  * ---------------------------------------------------------------------
  */
-extern void hoplock_event(const char *event, const Lease *lease);
-
-/* ---------------------------------------------------------------------
- * commit.c: work deferred to the end of the transaction
- * ---------------------------------------------------------------------
- */
-extern void hoplock_commit_init(void);
-extern void at_commit_log(const char *message);
-extern void at_commit_deadline(text *name, TimestampTz expires_at);
-extern void at_commit_bind_session(text *name);
-extern void at_commit_wake_launcher(Oid dboid);
-extern void at_commit_stop_worker(Oid dboid);
-extern void at_end_wake_waiters(text *name);
+extern void hl_event(const char *event, const Lease *lease);
+extern void hl_events_init(void);
 
 /* ---------------------------------------------------------------------
  * args.c: argument checks shared by the SQL entry points
  * ---------------------------------------------------------------------
  */
-extern text *hoplock_arg_name(FunctionCallInfo fcinfo, int argno,
-							  const char *what);
-extern int64 hoplock_arg_ttl(FunctionCallInfo fcinfo, int argno);
-extern int64 hoplock_arg_generation(FunctionCallInfo fcinfo, int argno);
-extern int64 hoplock_arg_timeout(FunctionCallInfo fcinfo, int argno);
-extern bool hoplock_arg_bool(FunctionCallInfo fcinfo, int argno,
-							 const char *what);
-extern text *hoplock_arg_text(FunctionCallInfo fcinfo, int argno,
-							  const char *what);
+extern text *hl_arg_name(FunctionCallInfo fcinfo, int argno,
+						 const char *what);
+extern int64 hl_arg_ttl(FunctionCallInfo fcinfo, int argno);
+extern int64 hl_arg_generation(FunctionCallInfo fcinfo, int argno);
+extern int64 hl_arg_timeout(FunctionCallInfo fcinfo, int argno);
+extern bool hl_arg_bool(FunctionCallInfo fcinfo, int argno,
+						const char *what);
+extern text *hl_arg_text(FunctionCallInfo fcinfo, int argno,
+						 const char *what);
 
 /* ---------------------------------------------------------------------
  * guc.c: settings
  * ---------------------------------------------------------------------
  */
-extern int	hoplock_max_ttl;
-extern char *hoplock_channel;
-extern bool hoplock_notify_renewals;
-extern bool hoplock_log_events;
-extern char *hoplock_databases;
-extern int	hoplock_naptime;	/* seconds */
-extern int	hoplock_max_tracked;
-extern int	hoplock_max_databases;
-extern int	hoplock_queue_size;
+extern int	hl_max_ttl;
+extern char *hl_channel;
+extern bool hl_notify_renewals;
+extern bool hl_log_events;
+extern char *hl_databases;
+extern int	hl_naptime;			/* seconds */
+extern int	hl_max_tracked;
+extern int	hl_max_databases;
+extern int	hl_queue_size;
+extern int	hl_hung_holder_timeout;	/* milliseconds; 0: never */
+extern int	hl_max_names_per_role;	/* 0: unlimited */
 
-extern void hoplock_define_gucs(void);
-
-/* ---------------------------------------------------------------------
- * shmem.c: shared memory (only with shared_preload_libraries)
- * ---------------------------------------------------------------------
- */
-#define HOPLOCK_WAIT_BUCKETS	1024
-
-typedef enum HoplockMessageKind
-{
-	HOPLOCK_MSG_DEADLINE = 1,	/* a term begins or moves its expiry earlier */
-	HOPLOCK_MSG_SESSION_END		/* a session ended, its bound term did not */
-} HoplockMessageKind;
-
-typedef struct HoplockMessage
-{
-	TimestampTz expires_at;		/* DEADLINE */
-	TimestampTz session_start;	/* SESSION_END */
-	int32		session_pid;	/* SESSION_END */
-	uint8		kind;
-	uint16		namelen;
-	char		name[HOPLOCK_MAX_NAME_BYTES];
-} HoplockMessage;
-
-typedef enum HoplockWorkerState
-{
-	WORKER_FREE = 0,			/* slot unused */
-	WORKER_STARTING,			/* launcher registered it */
-	WORKER_SCANNING,			/* reading the whole lease table */
-	WORKER_ANNOUNCING,			/* ending lapsed terms */
-	WORKER_SLEEPING,			/* waiting for the next expiry */
-	WORKER_ABSENT,				/* exited: hoplock is not installed */
-	WORKER_STOPPED				/* exited: asked to stop */
-} HoplockWorkerState;
-
-typedef enum HoplockStopReason
-{
-	STOP_NONE = 0,
-	STOP_EXTENSION_DROPPED,
-	STOP_DATABASE_BUSY,			/* being dropped, copied, renamed or moved:
-								 * it must have no sessions */
-	STOP_NOT_WANTED				/* hoplock.databases no longer lists it */
-} HoplockStopReason;
-
-typedef struct HoplockDbSlot
-{
-	slock_t		mutex;			/* protects the fields below but dboid */
-	Oid			dboid;			/* under HoplockShared.mutex; 0: free */
-	uint32		generation;		/* of the worker started in it last */
-	HoplockWorkerState state;
-	pid_t		pid;
-	Latch	   *latch;
-	HoplockStopReason stop;
-	TimestampTz stop_requested_at;
-	TimestampTz next_wakeup;	/* 0 while awake: it drains before sleeping */
-	bool		overflowed;
-	uint64		head;			/* mailbox: messages [tail, head) */
-	uint64		tail;
-	HoplockMessage *ring;
-	/* statistics, for hoplock_workers */
-	TimestampTz started_at;
-	TimestampTz last_wakeup;
-	TimestampTz next_expiry;
-	int64		tracked;
-	int64		announced;
-	int64		last_lag;		/* microseconds */
-} HoplockDbSlot;
-
-typedef struct HoplockShared
-{
-	slock_t		mutex;			/* slot allocation, launcher fields */
-	pid_t		launcher_pid;
-	Latch	   *launcher_latch;
-	bool		rescan_all;
-	int			nrequests;
-	Oid			requests[16];	/* databases that just got the extension */
-	int			nslots;
-	int			queue_size;
-	int			nprocs;			/* entries of sessions[] */
-	pg_atomic_uint64 *sessions; /* per PGPROC: start time of a backend that
-								 * bound a term, 0 otherwise */
-	ConditionVariable waitcv[HOPLOCK_WAIT_BUCKETS];
-	HoplockDbSlot slots[FLEXIBLE_ARRAY_MEMBER];
-} HoplockShared;
-
-extern HoplockShared *hoplock_shared;
-
-/* What the launcher hands a worker in bgw_extra */
-typedef struct HoplockWorkerArg
-{
-	Oid			dboid;
-	uint32		generation;		/* must match its slot's */
-} HoplockWorkerArg;
-
-extern void hoplock_shmem_init(void);
-extern HoplockDbSlot *hoplock_slot_for(Oid dboid);
-extern void hoplock_post(const HoplockMessage *msg);
-extern bool hoplock_take(HoplockDbSlot *slot, HoplockMessage *msg,
-						 bool *overflowed);
-extern ConditionVariable *hoplock_wait_cv(text *name);
-extern void hoplock_wake_launcher(Oid dboid);
-extern void hoplock_stop_worker(Oid dboid, HoplockStopReason reason);
-extern void hoplock_session_register(void);
-extern void hoplock_session_unregister(void);
-extern bool hoplock_session_alive(int32 pid, TimestampTz start);
+extern void hl_define_gucs(void);
+extern bool hl_database_listed(const char *dbname);
 
 /* ---------------------------------------------------------------------
- * launcher.c, worker.c: the background workers
+ * wait.c: hoplock_wait and the waiters' condition variables
  * ---------------------------------------------------------------------
  */
-extern void hoplock_register_launcher(void);
-extern void hoplock_install_hooks(void);
+extern bool hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result);
+extern void hl_wake_waiters_at_end(text *name);
+extern void hl_wait_init(void);
+
+/* ---------------------------------------------------------------------
+ * session.c: session-bound terms
+ * ---------------------------------------------------------------------
+ */
+extern void hl_session_bind(text *name);
+extern void hl_session_init(void);
+
+/* ---------------------------------------------------------------------
+ * launcher.c, dbhooks.c, worker.c: the background workers
+ * ---------------------------------------------------------------------
+ */
+extern void hl_register_launcher(void);
+extern void hl_install_hooks(void);
+extern void hl_wake_launcher_at_commit(void);
+extern void hl_launcher_init(void);
 extern PGDLLEXPORT void hoplock_launcher_main(Datum arg);
 extern PGDLLEXPORT void hoplock_worker_main(Datum arg);
-
-/* ---------------------------------------------------------------------
- * wait.c, session.c
- * ---------------------------------------------------------------------
- */
-extern bool lease_wait(LeaseRequest *req, int64 timeout, Lease *result);
-extern void hoplock_session_bind(text *name);
 
 #endif							/* HOPLOCK_H */

@@ -12,18 +12,21 @@
  *		ruled out; a worker that finds no extension exits, marking its slot
  *		"absent", and the launcher remembers.  It looks again when:
  *
- *		- CREATE EXTENSION hoplock commits (the install script asks it to),
- *		- CREATE DATABASE ends (ProcessUtility hook),
+ *		- CREATE EXTENSION hoplock commits (dbhooks.c),
+ *		- CREATE DATABASE ends (dbhooks.c),
  *		- hoplock.databases changes (SIGHUP),
  *		- every hoplock.naptime, as a safety net.
  *
- *		DROP EXTENSION hoplock stops the database's worker when it commits
- *		(object access hook).  DROP DATABASE, CREATE DATABASE from it as a
- *		template, ALTER DATABASE RENAME and SET TABLESPACE refuse while
- *		any session is connected to the database: the ProcessUtility hook
- *		stops its worker before the statement runs, and has the launcher
- *		start it again when the statement is over, so the worker never
- *		gets in their way.
+ *		Stopping a worker (DROP EXTENSION, a statement that needs the
+ *		database alone, hoplock.databases) is asked of it through its slot
+ *		and SIGTERM, by whoever needs it (dbhooks.c); the launcher then
+ *		keeps the postmaster from starting it again, and starts a new one
+ *		when the database wants one again: for a statement that needed the
+ *		database alone, as soon as both the old worker and the statement
+ *		are gone, in whichever order they go.
+ *
+ *		Locking: slots are allocated and freed under hl_shared->lock, with
+ *		the slot's own lock held too when its dboid changes (see shmem.h).
  *
  *-------------------------------------------------------------------------
  */
@@ -31,31 +34,27 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "shmem.h"
 
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/objectaccess.h"
 #include "catalog/pg_database.h"
-#include "catalog/pg_extension.h"
-#include "commands/dbcommands.h"
-#include "commands/defrem.h"
-#include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "tcop/tcopprot.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "tcop/utility.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
-#include "utils/varlena.h"
 
 /* A database the launcher knows of */
 typedef struct KnownDatabase
@@ -70,24 +69,17 @@ typedef struct KnownDatabase
 	char		name[NAMEDATALEN];
 } KnownDatabase;
 
-/* How long a worker stopped for a statement that needs its database alone
- * stays stopped if nobody says the statement is over */
-#define BUSY_GRACE_US	(60 * USECS_PER_SEC)
-
 static HTAB *known = NULL;
 static BackgroundWorkerHandle **handles = NULL;
 static bool slots_full_reported = false;
 
-static object_access_hook_type prev_object_access_hook = NULL;
-static ProcessUtility_hook_type prev_utility_hook = NULL;
-
 /* ---------------------------------------------------------------------
- * Registration and hooks (every backend)
+ * Registration (postmaster)
  * ---------------------------------------------------------------------
  */
 /*
  * A background worker of hoplock's: connected, started once recovery is
- * over (so none runs on a hot standby), restarted a second after an error.
+ * over (so none runs on a hot standby), restarted a second after it dies.
  */
 static void
 describe_worker(BackgroundWorker *worker, const char *function,
@@ -104,125 +96,13 @@ describe_worker(BackgroundWorker *worker, const char *function,
 }
 
 void
-hoplock_register_launcher(void)
+hl_register_launcher(void)
 {
 	BackgroundWorker worker;
 
 	describe_worker(&worker, "hoplock_launcher_main", "hoplock launcher");
 	snprintf(worker.bgw_name, BGW_MAXLEN, "hoplock launcher");
 	RegisterBackgroundWorker(&worker);
-}
-
-static void
-object_access(ObjectAccessType access, Oid classId, Oid objectId,
-			  int subId, void *arg)
-{
-	if (prev_object_access_hook)
-		prev_object_access_hook(access, classId, objectId, subId, arg);
-
-	/* DROP EXTENSION hoplock, or a DROP ... CASCADE that takes it along */
-	if (hoplock_shared != NULL && access == OAT_DROP &&
-		classId == ExtensionRelationId && subId == 0)
-	{
-		char	   *name = get_extension_name(objectId);
-
-		if (name != NULL && strcmp(name, "hoplock") == 0)
-			at_commit_stop_worker(MyDatabaseId);
-	}
-}
-
-static Oid
-database_oid_of(const char *name)
-{
-	return name != NULL ? get_database_oid(name, true) : InvalidOid;
-}
-
-/*
- * The database a utility statement needs free of other sessions, if any:
- * DROP DATABASE, CREATE DATABASE's template, ALTER DATABASE ... RENAME and
- * ALTER DATABASE ... SET TABLESPACE all refuse while any session,
- * hoplock's worker included, is connected to it.
- */
-static Oid
-database_needed_alone(Node *stmt)
-{
-	ListCell   *lc;
-
-	switch (nodeTag(stmt))
-	{
-		case T_DropdbStmt:
-			return database_oid_of(((DropdbStmt *) stmt)->dbname);
-		case T_CreatedbStmt:
-			foreach(lc, ((CreatedbStmt *) stmt)->options)
-			{
-				DefElem    *opt = (DefElem *) lfirst(lc);
-
-				if (strcmp(opt->defname, "template") == 0)
-					return database_oid_of(defGetString(opt));
-			}
-			return database_oid_of("template1");
-		case T_RenameStmt:
-			if (((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
-				return database_oid_of(((RenameStmt *) stmt)->subname);
-			return InvalidOid;
-		case T_AlterDatabaseStmt:
-			foreach(lc, ((AlterDatabaseStmt *) stmt)->options)
-			{
-				DefElem    *opt = (DefElem *) lfirst(lc);
-
-				if (strcmp(opt->defname, "tablespace") == 0)
-					return database_oid_of(((AlterDatabaseStmt *) stmt)->dbname);
-			}
-			return InvalidOid;
-		default:
-			return InvalidOid;
-	}
-}
-
-/*
- * Stop the worker of a database that a statement needs alone, before the
- * statement checks for other sessions; afterwards, whether it worked or
- * not, have the launcher look at that database again (and at the one
- * CREATE DATABASE made).
- */
-static void
-utility(HOPLOCK_UTILITY_ARGS)
-{
-	Node	   *stmt = pstmt->utilityStmt;
-	Oid			alone = InvalidOid;
-
-	if (hoplock_shared != NULL)
-	{
-		alone = database_needed_alone(stmt);
-		if (OidIsValid(alone))
-			hoplock_stop_worker(alone, STOP_DATABASE_BUSY);
-	}
-
-	PG_TRY();
-	{
-		if (prev_utility_hook)
-			HOPLOCK_UTILITY_CALL(prev_utility_hook);
-		else
-			HOPLOCK_UTILITY_CALL(standard_ProcessUtility);
-	}
-	PG_FINALLY();
-	{
-		if (OidIsValid(alone))
-			hoplock_wake_launcher(alone);
-	}
-	PG_END_TRY();
-
-	if (hoplock_shared != NULL && IsA(stmt, CreatedbStmt))
-		hoplock_wake_launcher(database_oid_of(((CreatedbStmt *) stmt)->dbname));
-}
-
-void
-hoplock_install_hooks(void)
-{
-	prev_object_access_hook = object_access_hook;
-	object_access_hook = object_access;
-	prev_utility_hook = ProcessUtility_hook;
-	ProcessUtility_hook = utility;
 }
 
 /* ---------------------------------------------------------------------
@@ -232,33 +112,11 @@ hoplock_install_hooks(void)
 static void
 launcher_detach(int code, Datum arg)
 {
-	SpinLockAcquire(&hoplock_shared->mutex);
-	hoplock_shared->launcher_pid = 0;
-	hoplock_shared->launcher_latch = NULL;
-	SpinLockRelease(&hoplock_shared->mutex);
+	LWLockAcquire(hl_shared->lock, LW_EXCLUSIVE);
+	hl_shared->launcher_pid = 0;
+	hl_shared->launcher_latch = NULL;
+	LWLockRelease(hl_shared->lock);
 	ereport(LOG, (errmsg("hoplock launcher stopped")));
-}
-
-/* Is "name" one of hoplock.databases (or is that setting empty)? */
-static bool
-database_wanted(const char *name)
-{
-	char	   *list;
-	List	   *names;
-	ListCell   *lc;
-	bool		wanted = false;
-
-	if (hoplock_databases == NULL || hoplock_databases[0] == '\0')
-		return true;
-	list = pstrdup(hoplock_databases);
-	if (!SplitIdentifierString(list, ',', &names))
-		return false;			/* the check hook keeps this from happening */
-	foreach(lc, names)
-	{
-		if (strcmp((char *) lfirst(lc), name) == 0)
-			wanted = true;
-	}
-	return wanted;
 }
 
 /* Refresh "known" from pg_database. */
@@ -289,10 +147,13 @@ read_databases(void)
 			continue;
 		db = hash_search(known, &form->oid, HASH_ENTER, &found);
 		if (!found)
+		{
 			db->absent = false;
+			db->requested_at = 0;
+		}
 		db->seen = true;
 		strlcpy(db->name, NameStr(form->datname), NAMEDATALEN);
-		db->wanted = database_wanted(db->name);
+		db->wanted = hl_database_listed(db->name);
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
@@ -310,37 +171,26 @@ worker_gone(int i)
 	if (handles[i] != NULL)
 		return GetBackgroundWorkerPid(handles[i], &pid) == BGWH_STOPPED;
 	/* started by an earlier launcher: trust the slot */
-	return hoplock_shared->slots[i].pid == 0;
+	return hl_shared->slots[i].pid == 0;
 }
 
 /* Free slot i; its worker must have exited. */
 static void
 free_slot(int i)
 {
-	HoplockDbSlot *slot = &hoplock_shared->slots[i];
+	HlDbSlot   *slot = &hl_shared->slots[i];
 
 	if (handles[i] != NULL)
 	{
 		pfree(handles[i]);
 		handles[i] = NULL;
 	}
-	SpinLockAcquire(&hoplock_shared->mutex);
+	LWLockAcquire(hl_shared->lock, LW_EXCLUSIVE);
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
 	slot->dboid = InvalidOid;
-	SpinLockRelease(&hoplock_shared->mutex);
-	SpinLockAcquire(&slot->mutex);
-	slot->state = WORKER_FREE;
-	slot->stop = STOP_NONE;
-	slot->pid = 0;
-	slot->latch = NULL;
-	slot->head = slot->tail = 0;
-	slot->overflowed = false;
-	slot->announced = 0;
-	slot->tracked = 0;
-	slot->last_lag = 0;
-	slot->next_expiry = 0;
-	slot->last_wakeup = 0;
-	slot->started_at = 0;
-	SpinLockRelease(&slot->mutex);
+	hl_slot_reset(slot);
+	LWLockRelease(slot->lock);
+	LWLockRelease(hl_shared->lock);
 }
 
 static bool
@@ -361,29 +211,34 @@ requested_now(Oid dboid, const Oid *requested, int nrequested)
 static void
 harvest_slots(const Oid *requested, int nrequested)
 {
-	TimestampTz now = GetCurrentTimestamp();
-
-	for (int i = 0; i < hoplock_shared->nslots; i++)
+	for (int i = 0; i < hl_shared->nslots; i++)
 	{
-		HoplockDbSlot *slot = &hoplock_shared->slots[i];
-		Oid			dboid = slot->dboid;
+		HlDbSlot   *slot = &hl_shared->slots[i];
+		Oid			dboid;
 		KnownDatabase *db;
-		HoplockWorkerState state;
-		HoplockStopReason stop;
+		HlWorkerState state;
+		HlStopReason stop;
 		TimestampTz stop_at;
 		TimestampTz started_at;
 		pid_t		pid;
+		pid_t		busy_pid;
 
-		if (!OidIsValid(dboid))
-			continue;
-		SpinLockAcquire(&slot->mutex);
+		LWLockAcquire(slot->lock, LW_SHARED);
+		dboid = slot->dboid;
 		state = slot->state;
 		stop = slot->stop;
 		stop_at = slot->stop_requested_at;
-		started_at = slot->started_at;
+		started_at = slot->stats.started_at;
 		pid = slot->pid;
-		SpinLockRelease(&slot->mutex);
+		busy_pid = slot->busy_pid;
+		LWLockRelease(slot->lock);
+		if (!OidIsValid(dboid))
+			continue;
 		db = hash_search(known, &dboid, HASH_FIND, NULL);
+
+		/* asked to stop: the postmaster must not start it again */
+		if (stop != STOP_NONE && handles[i] != NULL)
+			TerminateBackgroundWorker(handles[i]);
 
 		if (db == NULL || !db->seen)
 		{
@@ -399,59 +254,73 @@ harvest_slots(const Oid *requested, int nrequested)
 			continue;
 		}
 
-		if (state == WORKER_ABSENT || state == WORKER_STOPPED)
+		if (stop == STOP_NONE && !db->wanted && pid != 0)
 		{
-			if (!worker_gone(i))
-				continue;
-			if (state == WORKER_ABSENT)
-				db->absent = (db->requested_at <= started_at);
-			else if (stop == STOP_EXTENSION_DROPPED)
-				db->absent = (db->requested_at <= stop_at);
-			else if (stop == STOP_DATABASE_BUSY &&
-					 !requested_now(dboid, requested, nrequested) &&
-					 now - stop_at < BUSY_GRACE_US)
-				continue;		/* the statement that wanted it is running */
-			free_slot(i);
+			hl_stop_worker(dboid, STOP_NOT_WANTED);
+			continue;
 		}
-		else if (!db->wanted && stop == STOP_NONE && pid != 0)
-			hoplock_stop_worker(dboid, STOP_NOT_WANTED);
 
-		/*
-		 * Any other state with no process: the worker failed, and the
-		 * postmaster restarts it after bgw_restart_time.
-		 */
+		if (stop == STOP_NONE && state != WORKER_ABSENT &&
+			state != WORKER_STOPPED)
+			continue;			/* running, or being restarted */
+		if (!worker_gone(i))
+			continue;			/* it will say when it is */
+
+		if (state == WORKER_ABSENT)
+			db->absent = (db->requested_at <= started_at);
+		else if (stop == STOP_EXTENSION_DROPPED)
+			db->absent = (db->requested_at <= stop_at);
+		else if (stop == STOP_DATABASE_BUSY && busy_pid != 0 &&
+				 BackendPidGetProc(busy_pid) != NULL &&
+				 !requested_now(dboid, requested, nrequested))
+			continue;			/* the statement that needs it is running */
+		free_slot(i);
 	}
 }
 
 static bool
 has_slot(Oid dboid)
 {
-	for (int i = 0; i < hoplock_shared->nslots; i++)
+	bool		found = false;
+
+	LWLockAcquire(hl_shared->lock, LW_SHARED);
+	for (int i = 0; i < hl_shared->nslots; i++)
 	{
-		if (hoplock_shared->slots[i].dboid == dboid)
-			return true;
+		if (hl_shared->slots[i].dboid == dboid)
+			found = true;
 	}
-	return false;
+	LWLockRelease(hl_shared->lock);
+	return found;
 }
 
 static void
 start_worker(KnownDatabase *db)
 {
 	BackgroundWorker worker;
-	HoplockWorkerArg arg;
+	HlWorkerArg arg;
 	int			slotno = -1;
 
-	SpinLockAcquire(&hoplock_shared->mutex);
-	for (int i = 0; i < hoplock_shared->nslots; i++)
+	LWLockAcquire(hl_shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < hl_shared->nslots; i++)
 	{
-		if (!OidIsValid(hoplock_shared->slots[i].dboid))
+		HlDbSlot   *slot = &hl_shared->slots[i];
+
+		if (!OidIsValid(slot->dboid))
 		{
 			slotno = i;
-			hoplock_shared->slots[i].dboid = db->dboid;
+			LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+			slot->dboid = db->dboid;
+			slot->generation++;
+			hl_slot_reset(slot);
+			slot->state = WORKER_STARTING;
+			arg.dboid = db->dboid;
+			arg.generation = slot->generation;
+			arg.incarnation = hl_shared->incarnation;
+			LWLockRelease(slot->lock);
 			break;
 		}
 	}
-	SpinLockRelease(&hoplock_shared->mutex);
+	LWLockRelease(hl_shared->lock);
 
 	if (slotno < 0)
 	{
@@ -460,18 +329,11 @@ start_worker(KnownDatabase *db)
 					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 					 errmsg("hoplock cannot serve database \"%s\"", db->name),
 					 errdetail("All %d worker slots are in use.",
-							   hoplock_shared->nslots),
+							   hl_shared->nslots),
 					 errhint("Increase \"hoplock.max_databases\", or restrict \"hoplock.databases\".")));
 		slots_full_reported = true;
 		return;
 	}
-
-	SpinLockAcquire(&hoplock_shared->slots[slotno].mutex);
-	hoplock_shared->slots[slotno].state = WORKER_STARTING;
-	hoplock_shared->slots[slotno].stop = STOP_NONE;
-	arg.dboid = db->dboid;
-	arg.generation = ++hoplock_shared->slots[slotno].generation;
-	SpinLockRelease(&hoplock_shared->slots[slotno].mutex);
 
 	describe_worker(&worker, "hoplock_worker_main", "hoplock worker");
 	snprintf(worker.bgw_name, BGW_MAXLEN, "hoplock worker for database %s",
@@ -484,12 +346,7 @@ start_worker(KnownDatabase *db)
 	{
 		/* no room in max_worker_processes: try again later */
 		handles[slotno] = NULL;
-		SpinLockAcquire(&hoplock_shared->mutex);
-		hoplock_shared->slots[slotno].dboid = InvalidOid;
-		SpinLockRelease(&hoplock_shared->mutex);
-		SpinLockAcquire(&hoplock_shared->slots[slotno].mutex);
-		hoplock_shared->slots[slotno].state = WORKER_FREE;
-		SpinLockRelease(&hoplock_shared->slots[slotno].mutex);
+		free_slot(slotno);
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("hoplock could not start a worker for database \"%s\"",
@@ -538,7 +395,7 @@ hoplock_launcher_main(Datum arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
-	if (hoplock_shared == NULL)
+	if (hl_shared == NULL)
 		proc_exit(0);
 
 	memset(&ctl, 0, sizeof(ctl));
@@ -546,7 +403,7 @@ hoplock_launcher_main(Datum arg)
 	ctl.entrysize = sizeof(KnownDatabase);
 	known = hash_create("hoplock databases", 64, &ctl, HASH_ELEM | HASH_BLOBS);
 	handles = MemoryContextAllocZero(TopMemoryContext,
-									 hoplock_shared->nslots * sizeof(BackgroundWorkerHandle *));
+									 hl_shared->nslots * sizeof(BackgroundWorkerHandle *));
 
 	/*
 	 * Slots left by a launcher that exited stay with their workers; a slot
@@ -554,30 +411,29 @@ hoplock_launcher_main(Datum arg)
 	 * restarts into a slot given away meanwhile sees the generation changed
 	 * and leaves.
 	 */
-
-	SpinLockAcquire(&hoplock_shared->mutex);
-	hoplock_shared->launcher_pid = MyProcPid;
-	hoplock_shared->launcher_latch = MyLatch;
-	hoplock_shared->rescan_all = true;
-	SpinLockRelease(&hoplock_shared->mutex);
+	LWLockAcquire(hl_shared->lock, LW_EXCLUSIVE);
+	hl_shared->launcher_pid = MyProcPid;
+	hl_shared->launcher_latch = MyLatch;
+	hl_shared->rescan_all = true;
+	LWLockRelease(hl_shared->lock);
 	before_shmem_exit(launcher_detach, (Datum) 0);
 	ereport(LOG, (errmsg("hoplock launcher started")));
 
 	for (;;)
 	{
-		Oid			requested[lengthof(hoplock_shared->requests)];
+		Oid			requested[HL_MAX_REQUESTS];
 		int			nrequested;
 		bool		rescan_all;
 
 		CHECK_FOR_INTERRUPTS();
 
-		SpinLockAcquire(&hoplock_shared->mutex);
-		nrequested = hoplock_shared->nrequests;
-		memcpy(requested, hoplock_shared->requests, nrequested * sizeof(Oid));
-		hoplock_shared->nrequests = 0;
-		rescan_all = hoplock_shared->rescan_all;
-		hoplock_shared->rescan_all = false;
-		SpinLockRelease(&hoplock_shared->mutex);
+		LWLockAcquire(hl_shared->lock, LW_EXCLUSIVE);
+		nrequested = hl_shared->nrequests;
+		memcpy(requested, hl_shared->requests, nrequested * sizeof(Oid));
+		hl_shared->nrequests = 0;
+		rescan_all = hl_shared->rescan_all;
+		hl_shared->rescan_all = false;
+		LWLockRelease(hl_shared->lock);
 
 		if (ConfigReloadPending)
 		{
@@ -588,15 +444,15 @@ hoplock_launcher_main(Datum arg)
 		}
 
 		/*
-		 * On every wake-up (a request, a worker that started or stopped,
-		 * a reload, the naptime): new databases get a worker, workers that
+		 * On every wake-up (a request, a worker that started or stopped, a
+		 * reload, the naptime): new databases get a worker, workers that
 		 * went away are replaced.  Databases found without the extension
 		 * are only looked at again on request.
 		 */
 		reconcile(requested, nrequested, rescan_all);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 hoplock_naptime * 1000L, PG_WAIT_EXTENSION);
+						 hl_naptime * 1000L, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }

@@ -2,24 +2,23 @@
  *
  * lease.c
  *		The lease compare-and-swap.  acquire, renew, release, force_release,
- *		write and delete are all one routine, lease_cas(): read the newest
- *		version of the lease, decide what the request does to it, write that
- *		without waiting, and queue the events.  hoplock_fence is here too,
- *		since it is the other half of the same locking protocol.
+ *		write and delete are all one routine, hl_lease_cas(): read the
+ *		newest version of the lease, decide what the request does to it,
+ *		write that without waiting, and queue what must follow its commit.
  *
  *		Locking protocol
  *		----------------
- *		Each lease name has a "term lock", a heavyweight lock on an advisory
- *		lock tag built from the database and a 64-bit hash of the name:
+ *		Each lease name has a term lock (termlock.c):
  *
  *		- a call that starts or ends a term takes it in ExclusiveLock,
- *		- hoplock_fence takes it in ShareLock,
+ *		- hoplock_fence takes it in ShareLock (fence.c),
  *
  *		both conditionally (never waiting) and until the transaction ends.
  *		So no term can begin or end while a fence of the current term is
  *		open, and a fence cannot be taken while a term change is in flight.
  *		Renewals do not take the term lock at all, so a leader renews while
- *		its fenced transactions run.
+ *		its fenced transactions run.  A caller's rights are checked before
+ *		it takes the term lock on anyone's behalf, and again after.
  *
  *		Row versions are never locked.  Every write is a heap_update that
  *		does not wait: if another transaction is changing the row right now
@@ -29,9 +28,16 @@
  *		transaction's snapshot raises a serialization failure, as UPDATE
  *		would.
  *
+ *		The clock is read after the version it decides on is fetched, and a
+ *		new term never begins before the previous one ended as recorded, so
+ *		the terms of a name never overlap in server time, whatever the
+ *		scheduler or the clock does.
+ *
  *		Every write that starts, extends or ends a term forces a synchronous
  *		commit: an acknowledged grant is never lost, so a generation is never
- *		handed out twice.
+ *		handed out twice.  A transaction that wrote a lease cannot be
+ *		prepared: its term would be held, or kept from lapsing, for as long
+ *		as the prepared transaction lasts.
  *
  *-------------------------------------------------------------------------
  */
@@ -39,31 +45,20 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "shmem.h"
 
+#include "access/subtrans.h"
 #include "access/xact.h"
-#include "access/xlog.h"
-#include "common/hashfn.h"
 #include "common/int.h"
 #include "miscadmin.h"
-#include "storage/lmgr.h"
-#include "storage/lock.h"
+#include "storage/procarray.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
-#include "utils/syscache.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
-
-/* locktag_field4 of term locks; SQL's advisory locks use 1 and 2 */
-#define HOPLOCK_LOCKTAG_CLASS	0x686c
-
-/*
- * Generations carry the timeline in their high bits: a standby promoted
- * after missing the last grants of the old primary starts at a higher
- * timeline, so its generations are greater than any the old primary gave.
- */
-#define GENERATION_TIMELINE_SHIFT	40
 
 /* What a request does to the lease */
 typedef enum LeaseAction
@@ -76,44 +71,8 @@ typedef enum LeaseAction
 	ACTION_ANNOUNCE_EXPIRY		/* the term lapsed: mark it announced */
 } LeaseAction;
 
-/* ---------------------------------------------------------------------
- * Term locks
- * ---------------------------------------------------------------------
- */
-static void
-term_locktag(LOCKTAG *tag, text *name)
-{
-	uint64		hash;
-
-	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(name),
-							   VARSIZE_ANY_EXHDR(name), 0);
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (hash >> 32),
-						 (uint32) hash, HOPLOCK_LOCKTAG_CLASS);
-}
-
-static bool
-try_term_lock(text *name, LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	term_locktag(&tag, name);
-	return LockAcquire(&tag, mode, false, true) != LOCKACQUIRE_NOT_AVAIL;
-}
-
-/*
- * Give back one try_term_lock() of a call that ended up changing nothing, so
- * that a failed attempt does not keep fences out for the rest of its
- * transaction.  The lock manager counts acquisitions: a lock this
- * transaction took earlier for a change it did make stays held.
- */
-static void
-release_term_lock(text *name, LOCKMODE mode)
-{
-	LOCKTAG		tag;
-
-	term_locktag(&tag, name);
-	LockRelease(&tag, mode, false);
-}
+/* This transaction wrote a lease: it cannot be prepared */
+static bool wrote_lease = false;
 
 /* ---------------------------------------------------------------------
  * Helpers
@@ -124,24 +83,9 @@ handle_matches(const Lease *lease, text *handle)
 {
 	char		buf[LEASE_HANDLE_LEN];
 
-	lease_format_handle(lease, buf);
+	hl_format_handle(lease, buf);
 	return VARSIZE_ANY_EXHDR(handle) == strlen(buf) &&
 		memcmp(VARDATA_ANY(handle), buf, VARSIZE_ANY_EXHDR(handle)) == 0;
-}
-
-/* The generation of a new term after "previous" (0 if there was none). */
-static int64
-next_generation(int64 previous)
-{
-	TimeLineID	tli = GetWALInsertionTimeLine();
-	int64		floor;
-
-	if ((uint64) (tli - 1) >= ((uint64) 1 << (63 - GENERATION_TIMELINE_SHIFT)))
-		floor = 1;				/* cannot happen in practice */
-	else
-		floor = ((int64) (tli - 1) << GENERATION_TIMELINE_SHIFT) + 1;
-
-	return Max(previous + 1, floor);
 }
 
 static TimestampTz
@@ -157,9 +101,8 @@ add_ttl(TimestampTz now, int64 ttl)
 }
 
 /*
- * Terms remember the role that began them by name (so that pg_dump and
- * restore keep it).  The current role's name is cached, so the common case,
- * the same role renewing, needs no catalog lookup.
+ * The current role's name, cached, so that the common case -- the same role
+ * renewing -- needs no catalog lookup.
  */
 static Oid	my_role = InvalidOid;
 static NameData my_role_name;
@@ -191,31 +134,46 @@ current_role_name(void)
 
 /*
  * Only a member of the role that began a term may extend, end or fence it
- * (superusers are members of every role).
+ * (superusers are members of every role).  The term names its role by OID
+ * and by name: a role dropped and created again under the same name has
+ * another OID, and an OID that a restore into another cluster carried over
+ * names whatever role has it there, most likely under another name.  When
+ * the two disagree, only a superuser may.
  */
-static void
-check_term_role(const Lease *lease)
+void
+hl_check_term_role(const Lease *lease)
 {
-	Oid			role;
+	Oid			role = lease->owner_roleid;
+	char	   *rolname;
 
-	if (namestrcmp((Name) current_role_name(), NameStr(lease->owner_role)) == 0)
+	if (role == GetUserId() &&
+		namestrcmp((Name) current_role_name(), NameStr(lease->owner_role)) == 0)
+		return;
+	if (superuser())
 		return;
 
-	role = get_role_oid(NameStr(lease->owner_role), true);
-	if (!has_privs_of_role(GetUserId(), role))
+	rolname = OidIsValid(role) ? GetUserNameFromId(role, true) : NULL;
+	if (rolname != NULL && strcmp(rolname, NameStr(lease->owner_role)) == 0)
+	{
+		if (has_privs_of_role(GetUserId(), role))
+			return;
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for lease \"%s\"",
 						text_to_cstring(lease->name)),
-				 OidIsValid(role) ?
 				 errdetail("Only members of role \"%s\", which began the current term, may change or fence it.",
-						   NameStr(lease->owner_role)) :
-				 errdetail("Role \"%s\", which began the current term, no longer exists; only a superuser may change or fence it.",
 						   NameStr(lease->owner_role))));
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for lease \"%s\"",
+					text_to_cstring(lease->name)),
+			 errdetail("Role \"%s\", which began the current term, no longer exists; only a superuser may change or fence it.",
+					   NameStr(lease->owner_role))));
 }
 
-static void
-prevent_write(const char *fn)
+void
+hl_prevent_write(const char *fn)
 {
 	PreventCommandIfReadOnly(fn);
 	PreventCommandDuringRecovery(fn);
@@ -229,7 +187,7 @@ prevent_write(const char *fn)
  * write over a version that snapshot cannot see.
  */
 static void
-fetch_for_update(LeaseTable *table, text *name, LeaseVersion *version)
+fetch_for_update(HlRelation *rel, text *name, LeaseVersion *version)
 {
 	SnapshotData dirty;
 
@@ -242,11 +200,11 @@ fetch_for_update(LeaseTable *table, text *name, LeaseVersion *version)
 		/* the transaction snapshot, seeing this transaction's own writes */
 		PushCopiedSnapshot(GetTransactionSnapshot());
 		UpdateActiveSnapshotCommandId();
-		lease_fetch(table, name, GetActiveSnapshot(), &seen);
+		hl_store_fetch(rel, name, GetActiveSnapshot(), &seen);
 		PopActiveSnapshot();
-		lease_version_release(&seen);
+		hl_version_release(&seen);
 
-		lease_fetch(table, name, &dirty, version);
+		hl_store_fetch(rel, name, &dirty, version);
 		if (version->found && !TransactionIdIsValid(version->inflight) &&
 			(!seen.found || !ItemPointerEquals(&seen.tid, &version->tid)))
 			ereport(ERROR,
@@ -256,7 +214,7 @@ fetch_for_update(LeaseTable *table, text *name, LeaseVersion *version)
 							   text_to_cstring(name))));
 	}
 	else
-		lease_fetch(table, name, &dirty, version);
+		hl_store_fetch(rel, name, &dirty, version);
 }
 
 /* ---------------------------------------------------------------------
@@ -266,9 +224,9 @@ fetch_for_update(LeaseTable *table, text *name, LeaseVersion *version)
 static LeaseAction
 decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 {
-	bool		held = lease_is_held(cur, now);
+	bool		held = hl_lease_is_held(cur, now);
 	bool		mine = held && req->owner != NULL &&
-		text_equal(cur->owner, req->owner);
+		hl_text_equal(cur->owner, req->owner);
 	bool		term_ok = mine && (req->generation == 0 ||
 								   req->generation == cur->generation);
 
@@ -290,13 +248,13 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 
 		case LEASE_OP_WRITE:
 			if (req->handle == NULL)
-				return lease_has_state(cur) ? ACTION_NONE : ACTION_NEW_TERM;
-			if (!lease_has_state(cur) || !handle_matches(cur, req->handle))
+				return hl_lease_has_state(cur) ? ACTION_NONE : ACTION_NEW_TERM;
+			if (!hl_lease_has_state(cur) || !handle_matches(cur, req->handle))
 				return ACTION_NONE;
 			return mine ? ACTION_EXTEND : ACTION_NEW_TERM;
 
 		case LEASE_OP_DELETE:
-			if (!lease_has_state(cur) || !handle_matches(cur, req->handle))
+			if (!hl_lease_has_state(cur) || !handle_matches(cur, req->handle))
 				return ACTION_NONE;
 			return ACTION_END_TERM;
 
@@ -316,6 +274,16 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 }
 
 /*
+ * When a running term that ends now ended, as recorded: never before it
+ * began, whatever the clock did meanwhile.
+ */
+static TimestampTz
+end_of_term(const Lease *cur, TimestampTz now)
+{
+	return Max(now, cur->acquired_at);
+}
+
+/*
  * Queue the event of a term that ends: a running term was "released" (by
  * its holder, by force, or by hoplock_write over it); a lapsed one that
  * nobody announced yet "expired"; one already announced says nothing more.
@@ -323,24 +291,60 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 static void
 announce_end(const Lease *cur, TimestampTz now)
 {
-	if (lease_is_held(cur, now))
+	if (hl_lease_is_held(cur, now))
 	{
 		Lease		ended = *cur;
 
-		ended.expires_at = now;
-		hoplock_event("released", &ended);
+		ended.expires_at = end_of_term(cur, now);
+		hl_event("released", &ended);
 	}
 	else if (cur->state == LEASE_STATE_HELD)
-		hoplock_event("expired", cur);
+		hl_event("expired", cur);
+}
+
+/*
+ * Privileges an action needs beyond EXECUTE on the function: extending or
+ * ending someone's running term needs membership in its role.
+ * force_release is the operator's override and needs none.
+ */
+static void
+check_action_privileges(const LeaseRequest *req, LeaseAction action,
+						const Lease *cur, TimestampTz now)
+{
+	if (req->op == LEASE_OP_FORCE_RELEASE || req->op == LEASE_OP_EXPIRE ||
+		req->op == LEASE_OP_SESSION_END)
+		return;
+	if (action == ACTION_EXTEND || hl_lease_is_held(cur, now))
+		hl_check_term_role(cur);
+}
+
+/* A role may not create more names than hoplock.max_names_per_role. */
+static void
+check_names_per_role(HlRelation *rel)
+{
+	int64		n;
+
+	if (hl_max_names_per_role <= 0 || superuser())
+		return;
+	n = hl_store_count_role(rel, GetUserId(), hl_max_names_per_role);
+	if (n >= hl_max_names_per_role)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("role \"%s\" already has %d lease names, the most \"hoplock.max_names_per_role\" allows",
+						NameStr(*current_role_name()), hl_max_names_per_role),
+				 errhint("Reuse a name, or ask a superuser to raise \"hoplock.max_names_per_role\".")));
 }
 
 /*
  * Compute the row that "action" writes over "cur" (NULL: no row yet).
+ * A new term's generation comes from the floor; returns false if that is
+ * contended (*busy: the floor table is locked).
  */
-static void
+static bool
 build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
-			  TimestampTz now, Lease *new)
+			  TimestampTz now, Lease *new, bool *busy)
 {
+	*busy = false;
 	switch (action)
 	{
 		case ACTION_EXTEND:
@@ -350,22 +354,32 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			break;
 
 		case ACTION_NEW_TERM:
-			memset(new, 0, sizeof(Lease));
-			new->name = req->name;
-			new->owner = req->owner;
-			new->state = LEASE_STATE_HELD;
-			new->owner_role = *current_role_name();
-			new->generation = next_generation(cur ? cur->generation : 0);
-			new->acquired_at = now;
-			new->renewed_at = now;
-			new->expires_at = add_ttl(now, req->ttl);
-			break;
+			{
+				/* not before the previous term ended, as recorded */
+				TimestampTz begin = now;
+
+				if (cur != NULL && !hl_lease_is_held(cur, now))
+					begin = Max(now, cur->expires_at);
+
+				memset(new, 0, sizeof(Lease));
+				if (!hl_next_generation(cur, &new->generation, busy))
+					return false;
+				new->name = req->name;
+				new->owner = req->owner;
+				new->state = LEASE_STATE_HELD;
+				new->owner_role = *current_role_name();
+				new->owner_roleid = GetUserId();
+				new->acquired_at = begin;
+				new->renewed_at = begin;
+				new->expires_at = add_ttl(begin, req->ttl);
+				break;
+			}
 
 		case ACTION_END_TERM:
 			*new = *cur;
 			new->state = LEASE_STATE_RELEASED;
-			if (lease_is_held(cur, now))
-				new->expires_at = now;
+			if (hl_lease_is_held(cur, now))
+				new->expires_at = end_of_term(cur, now);
 			new->session_pid = 0;
 			new->session_start = 0;
 			break;
@@ -388,22 +402,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 		new->session_pid = MyProcPid;
 		new->session_start = MyStartTimestamp;
 	}
-}
-
-/*
- * Privileges an action needs beyond EXECUTE on the function: extending or
- * ending someone's running term needs membership in its role.
- * force_release is the operator's override and needs none.
- */
-static void
-check_action_privileges(const LeaseRequest *req, LeaseAction action,
-						const Lease *cur, TimestampTz now)
-{
-	if (req->op == LEASE_OP_FORCE_RELEASE || req->op == LEASE_OP_EXPIRE ||
-		req->op == LEASE_OP_SESSION_END)
-		return;
-	if (action == ACTION_EXTEND || lease_is_held(cur, now))
-		check_term_role(cur);
+	return true;
 }
 
 /*
@@ -416,55 +415,59 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 	switch (action)
 	{
 		case ACTION_EXTEND:
-			if (hoplock_notify_renewals)
-				hoplock_event("renewed", written);
+			if (hl_notify_renewals)
+				hl_event("renewed", written);
 			/* a later expiry the worker finds out by itself */
 			if (written->expires_at < cur->expires_at)
-				at_commit_deadline(written->name, written->expires_at);
+				hl_post_deadline_at_commit(written->name, written->expires_at);
 			break;
 		case ACTION_NEW_TERM:
 			if (cur != NULL)
 				announce_end(cur, now);
-			hoplock_event("acquired", written);
-			at_commit_deadline(written->name, written->expires_at);
+			hl_event("acquired", written);
+			hl_post_deadline_at_commit(written->name, written->expires_at);
 			break;
 		case ACTION_END_TERM:
 			announce_end(cur, now);
 			break;
 		case ACTION_ANNOUNCE_EXPIRY:
-			hoplock_event("expired", cur);
-			at_end_wake_waiters(written->name);
+			hl_event("expired", cur);
+			hl_wake_waiters_at_end(written->name);
 			break;
 		default:
 			break;
 	}
 	if (req->session_bound &&
 		(action == ACTION_NEW_TERM || action == ACTION_EXTEND))
-	{
-		/* registered before the binding commits, so never seen unbound */
-		hoplock_session_register();
-		at_commit_bind_session(written->name);
-	}
+		hl_session_bind(written->name);
+	wrote_lease = true;
 }
 
 /*
  * The compare-and-swap.  On LEASE_DONE, *result is the lease as written.
  * Otherwise *found says whether the lease has a row, and *result is that
  * row as last seen (the holder's term, say), for callers that wait.
+ *
+ * If the lease table is locked (maintenance), raises 55P03, or with
+ * req->busy_is_contention reports contention.  Locks are kept until the
+ * transaction ends only if the lease was written.
  */
 LeaseOutcome
-lease_cas(const LeaseRequest *req, Lease *result, bool *found)
+hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 {
-	TimestampTz now;
-	LeaseTable	table;
+	HlRelation	rel;
 	bool		term_locked = false;
+	bool		busy = false;
 	LeaseOutcome outcome;
 
 	*found = false;
-	prevent_write(req->fn);
-	if (!lease_table_open(&table, RowExclusiveLock, true))
-		return LEASE_CONTENDED;
-	now = GetCurrentTimestamp();
+	hl_prevent_write(req->fn);
+	if (!hl_open(HL_REL_LEASE, RowExclusiveLock, false, &rel))
+	{
+		if (req->busy_is_contention)
+			return LEASE_CONTENDED;
+		hl_table_busy_error(HL_REL_LEASE);
+	}
 
 	for (;;)
 	{
@@ -472,16 +475,19 @@ lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 		Lease	   *curp;
 		LeaseAction action;
 		TM_Result	tm;
+		TimestampTz now;
 
 		CHECK_FOR_INTERRUPTS();
 
 		/* the version stays pinned until we are done with it */
-		fetch_for_update(&table, req->name, &cur);
+		fetch_for_update(&rel, req->name, &cur);
 		curp = cur.found ? &cur.lease : NULL;
 		*found = cur.found;
 		if (cur.found)
 			*result = cur.lease;
 
+		/* the clock at the moment of the decision, after the fetch */
+		now = GetCurrentTimestamp();
 		if (TransactionIdIsValid(cur.inflight))
 			action = ACTION_HELD_ELSEWHERE;
 		else
@@ -489,10 +495,13 @@ lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 
 		if (action == ACTION_NONE || action == ACTION_HELD_ELSEWHERE)
 		{
-			lease_version_release(&cur);
+			hl_version_release(&cur);
 			outcome = (action == ACTION_NONE) ? LEASE_REFUSED : LEASE_CONTENDED;
 			break;
 		}
+
+		/* the caller's rights first: no lock is taken on its behalf before */
+		check_action_privileges(req, action, curp, now);
 
 		/*
 		 * A term change needs the term lock.  With it held, no fence is open
@@ -502,8 +511,8 @@ lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 		if ((action == ACTION_NEW_TERM || action == ACTION_END_TERM) &&
 			!term_locked)
 		{
-			lease_version_release(&cur);
-			if (!try_term_lock(req->name, ExclusiveLock))
+			hl_version_release(&cur);
+			if (!hl_term_trylock(req->name, ExclusiveLock))
 			{
 				outcome = LEASE_CONTENDED;
 				break;
@@ -512,17 +521,24 @@ lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 			continue;
 		}
 
-		check_action_privileges(req, action, curp, now);
-		build_new_row(req, action, curp, now, result);
+		if (!build_new_row(req, action, curp, now, result, &busy))
+		{
+			hl_version_release(&cur);
+			if (busy && !req->busy_is_contention)
+				hl_table_busy_error(HL_REL_FLOOR);
+			outcome = LEASE_CONTENDED;
+			break;
+		}
 
 		if (curp == NULL)
 		{
-			lease_insert(&table, result);
+			check_names_per_role(&rel);
+			hl_store_insert(&rel, result);
 			tm = TM_Ok;
 		}
 		else
-			tm = lease_update(&table, &cur.tid, result);
-		lease_version_release(&cur);
+			tm = hl_store_update(&rel, &cur.tid, result);
+		hl_version_release(&cur);
 
 		if (tm == TM_Ok)
 		{
@@ -558,105 +574,113 @@ lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 	if (term_locked)
 	{
 		if (outcome == LEASE_DONE)
-			at_end_wake_waiters(req->name);
+			hl_wake_waiters_at_end(req->name);
 		else
-			release_term_lock(req->name, ExclusiveLock);
+			hl_term_unlock(req->name, ExclusiveLock);
 	}
-	lease_table_close(&table, true);
+	hl_close(&rel, outcome == LEASE_DONE);
 	return outcome;
 }
 
 /*
- * hoplock_fence: succeed only if term "generation" holds the lease now, and
- * keep any term change out until this transaction ends.
- */
-void
-lease_fence(text *name, int64 generation)
-{
-	LeaseTable	table;
-	LeaseVersion cur;
-	SnapshotData dirty;
-	TimestampTz now;
-	char	   *lease_name = text_to_cstring(name);
-
-	/* a fence on a standby could not keep the primary from changing terms */
-	PreventCommandDuringRecovery("hoplock_fence()");
-
-	if (!try_term_lock(name, ShareLock))
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not fence lease \"%s\"", lease_name),
-				 errdetail("Another transaction is starting or ending a term of the lease.")));
-	/* whoever waits for the lease may try again when this transaction ends */
-	at_end_wake_waiters(name);
-	if (!lease_table_open(&table, AccessShareLock, true))
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not fence lease \"%s\"", lease_name),
-				 errdetail("Another transaction holds a lock on table \"hoplock_internal.lease\".")));
-
-	/*
-	 * With the term lock held, the newest committed version has the current
-	 * term, whatever our snapshot: a transaction in flight on the row can
-	 * only be renewing it.  The dirty snapshot may show that renewal's new
-	 * version, which may yet roll back; then read the committed one.
-	 */
-	InitDirtySnapshot(dirty);
-	lease_fetch(&table, name, &dirty, &cur);
-	if (TransactionIdIsValid(cur.inflight))
-	{
-		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
-
-		lease_version_release(&cur);
-		lease_fetch(&table, name, latest, &cur);
-		UnregisterSnapshot(latest);
-	}
-	lease_version_release(&cur);
-	lease_table_close(&table, false);
-	now = GetCurrentTimestamp();
-
-	if (!cur.found)
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("lease \"%s\" is not held by generation " INT64_FORMAT,
-						lease_name, generation),
-				 errdetail("The lease has never been acquired.")));
-	if (cur.lease.generation != generation)
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("lease \"%s\" is at generation " INT64_FORMAT ", not " INT64_FORMAT,
-						lease_name, cur.lease.generation, generation)));
-	if (!lease_is_held(&cur.lease, now))
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("lease \"%s\" is no longer held by generation " INT64_FORMAT,
-						lease_name, generation),
-				 cur.lease.state == LEASE_STATE_RELEASED ?
-				 errdetail("The term was released.") :
-				 errdetail("The term expired at %s.",
-						   timestamptz_to_str(cur.lease.expires_at))));
-
-	check_term_role(&cur.lease);
-}
-
-/*
  * Read the lease as the active snapshot sees it (hoplock_holder,
- * hoplock_read).  Works on a hot standby.
+ * hoplock_read).  Works on a hot standby.  Waits for a lock on the table
+ * like any query.
  */
 bool
-lease_lookup(text *name, Lease *lease)
+hl_lease_lookup(text *name, Lease *lease)
 {
-	LeaseTable	table;
+	HlRelation	rel;
 	LeaseVersion version;
 	Snapshot	snapshot;
 
 	snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-	lease_table_open(&table, AccessShareLock, false);
-	lease_fetch(&table, name, snapshot, &version);
-	lease_version_release(&version);
-	lease_table_close(&table, false);
+	(void) hl_open(HL_REL_LEASE, AccessShareLock, true, &rel);
+	hl_store_fetch(&rel, name, snapshot, &version);
+	hl_version_release(&version);
+	hl_close(&rel, false);
 
 	if (version.found)
 		*lease = version.lease;
 	return version.found;
+}
+
+/*
+ * The pid of another session holding lease "name" up, and how: holding its
+ * term lock (an open fence, or a term change in flight), or changing its
+ * row in a transaction that has not ended (a renewal).  0 if there is none,
+ * or if the table is locked and cannot be looked at now.
+ */
+int
+hl_lease_blocker(text *name, HlBlockerKind *kind)
+{
+	HlRelation	rel;
+	LeaseVersion version;
+	SnapshotData dirty;
+	int			fence_pid;
+	int			change_pid;
+	int			pid = 0;
+
+	*kind = BLOCKER_NONE;
+	hl_term_lock_holders(name, &fence_pid, &change_pid);
+	if (change_pid != 0)
+	{
+		*kind = BLOCKER_TERM_CHANGE;
+		return change_pid;
+	}
+	if (fence_pid != 0)
+	{
+		*kind = BLOCKER_FENCE;
+		return fence_pid;
+	}
+
+	if (!hl_open(HL_REL_LEASE, AccessShareLock, false, &rel))
+		return 0;
+	InitDirtySnapshot(dirty);
+	hl_store_fetch(&rel, name, &dirty, &version);
+	hl_version_release(&version);
+	hl_close(&rel, false);
+
+	/* the row's inserter or updater may be a subtransaction */
+	if (version.found && TransactionIdIsValid(version.inflight))
+	{
+		pid = BackendXidGetPid(SubTransGetTopmostTransaction(version.inflight));
+		if (pid != 0)
+			*kind = BLOCKER_ROW_CHANGE;
+	}
+	return pid;
+}
+
+/* ---------------------------------------------------------------------
+ * End of transaction
+ * ---------------------------------------------------------------------
+ */
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (wrote_lease)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has changed a hoplock lease"),
+						 errdetail("A prepared transaction could hold a lease, or keep it from lapsing, for as long as it lasts.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			wrote_lease = false;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+hl_lease_init(void)
+{
+	RegisterXactCallback(xact_callback, NULL);
 }

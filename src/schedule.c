@@ -133,7 +133,7 @@ schedule_init(Schedule *s)
 }
 
 Schedule *
-schedule_create(MemoryContext parent, int capacity)
+hl_schedule_create(MemoryContext parent, int capacity)
 {
 	Schedule   *s = MemoryContextAllocZero(parent, sizeof(Schedule));
 
@@ -146,7 +146,7 @@ schedule_create(MemoryContext parent, int capacity)
 
 /* Forget everything, and take a new capacity; the worker will rescan. */
 void
-schedule_reset(Schedule *s, int capacity)
+hl_schedule_reset(Schedule *s, int capacity)
 {
 	MemoryContextReset(s->cxt);
 	s->capacity = capacity;
@@ -195,13 +195,13 @@ insert_node(Schedule *s, TimestampTz when, char *name)
  * one; whichever is left out brings the horizon down to its deadline.
  */
 void
-schedule_add(Schedule *s, const char *name, int namelen, TimestampTz when)
+hl_schedule_add(Schedule *s, const char *name, int namelen, TimestampTz when)
 {
-	char		key[HOPLOCK_MAX_NAME_BYTES + 1];
+	char		key[HL_MAX_NAME_BYTES + 1];
 	char	   *keyp = key;
 	ScheduleEntry *entry;
 
-	Assert(namelen <= HOPLOCK_MAX_NAME_BYTES);
+	Assert(namelen <= HL_MAX_NAME_BYTES);
 	if (when >= s->horizon)
 		return;
 
@@ -246,7 +246,7 @@ schedule_add(Schedule *s, const char *name, int namelen, TimestampTz when)
 
 /* The earliest deadline in the schedule, and whether there is one. */
 bool
-schedule_next(Schedule *s, TimestampTz *when)
+hl_schedule_next(Schedule *s, TimestampTz *when)
 {
 	ScheduleNode *first = (ScheduleNode *) rbt_leftmost(s->tree);
 
@@ -258,10 +258,10 @@ schedule_next(Schedule *s, TimestampTz *when)
 
 /*
  * Take the earliest entry due at "now": its name goes to "name" (room for
- * HOPLOCK_MAX_NAME_BYTES + 1), and it leaves the schedule.
+ * HL_MAX_NAME_BYTES + 1), and it leaves the schedule.
  */
 bool
-schedule_take_due(Schedule *s, TimestampTz now, char *name, int *namelen,
+hl_schedule_take_due(Schedule *s, TimestampTz now, char *name, int *namelen,
 				  TimestampTz *when)
 {
 	ScheduleNode *first = (ScheduleNode *) rbt_leftmost(s->tree);
@@ -281,14 +281,25 @@ schedule_take_due(Schedule *s, TimestampTz now, char *name, int *namelen,
 }
 
 int
-schedule_count(Schedule *s)
+hl_schedule_count(Schedule *s)
 {
 	return (int) hash_get_num_entries(s->entries);
 }
 
 /* DT_NOEND unless leases were left out: then reread the table by this time. */
 TimestampTz
-schedule_horizon(Schedule *s)
+hl_schedule_horizon(Schedule *s)
 {
 	return s->horizon;
+}
+
+/*
+ * The worker is about to read the whole table again: whatever it left out
+ * so far it will find again, so forget the horizon.  Entries already in
+ * the schedule stay (an entry is only a reminder to look).
+ */
+void
+hl_schedule_reopen(Schedule *s)
+{
+	s->horizon = DT_NOEND;
 }

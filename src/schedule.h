@@ -5,22 +5,23 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef HOPLOCK_SCHEDULE_H
-#define HOPLOCK_SCHEDULE_H
+#ifndef HL_SCHEDULE_H
+#define HL_SCHEDULE_H
 
 #include "datatype/timestamp.h"
 #include "utils/palloc.h"
 
 typedef struct Schedule Schedule;
 
-extern Schedule *schedule_create(MemoryContext parent, int capacity);
-extern void schedule_reset(Schedule *s, int capacity);
-extern void schedule_add(Schedule *s, const char *name, int namelen,
+extern Schedule *hl_schedule_create(MemoryContext parent, int capacity);
+extern void hl_schedule_reset(Schedule *s, int capacity);
+extern void hl_schedule_add(Schedule *s, const char *name, int namelen,
 						 TimestampTz when);
-extern bool schedule_next(Schedule *s, TimestampTz *when);
-extern bool schedule_take_due(Schedule *s, TimestampTz now, char *name,
+extern bool hl_schedule_next(Schedule *s, TimestampTz *when);
+extern bool hl_schedule_take_due(Schedule *s, TimestampTz now, char *name,
 							  int *namelen, TimestampTz *when);
-extern int	schedule_count(Schedule *s);
-extern TimestampTz schedule_horizon(Schedule *s);
+extern int	hl_schedule_count(Schedule *s);
+extern TimestampTz hl_schedule_horizon(Schedule *s);
+extern void hl_schedule_reopen(Schedule *s);
 
-#endif							/* HOPLOCK_SCHEDULE_H */
+#endif							/* HL_SCHEDULE_H */

@@ -5,19 +5,26 @@
  *		binds the term to the acquiring backend (its pid and start time,
  *		stored in the lease row), and the term ends when that backend exits.
  *
- *		The backend remembers the names it bound (once the binding
- *		commits) and, from a before_shmem_exit callback, ends those terms
- *		itself in one last transaction, as PostgreSQL drops temporary
- *		tables.  That covers a disconnect, a client that dies, and
- *		pg_terminate_backend.  It also tells the expiry worker, which
- *		keeps trying whatever that transaction could not end (the lease
- *		fenced, or being changed, or the transaction failing).
+ *		The backend remembers the names it bound, in a hash table, and from
+ *		a before_shmem_exit callback ends those terms itself in one last
+ *		transaction, as PostgreSQL drops temporary tables.  That covers a
+ *		disconnect, a client that dies, and pg_terminate_backend.  It also
+ *		tells the expiry worker, which keeps trying whatever that
+ *		transaction could not end (the lease fenced, or being changed, or
+ *		the transaction failing).
  *
  *		A backend registers itself in shared memory before its first
- *		binding can commit; the worker treats a row bound to a session
- *		that is not registered as ended.  A backend that crashes takes the
- *		server through a crash-restart, which empties the registry, so the
- *		worker then ends every term bound to a session from before.
+ *		binding can commit, and an on_shmem_exit callback unregisters it
+ *		however it leaves, even if its last transaction failed; the worker
+ *		treats a row bound to a session that is not registered as ended.  A
+ *		backend that crashes takes the server through a crash-restart,
+ *		which empties the registry, so the worker then ends every term bound
+ *		to a session from before.
+ *
+ *		Bindings are this file's own end-of-transaction work: the names a
+ *		transaction bound are entered in the table before it commits
+ *		(nothing is allocated at commit, where running out of memory would
+ *		be a PANIC), and forgotten again if it aborts.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,34 +32,43 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "shmem.h"
 
 #include "access/xact.h"
 #include "miscadmin.h"
-#include "nodes/pg_list.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-/* Names of the terms this session bound, in TopMemoryContext */
-static List *bound_names = NIL;
-static bool exit_callback_registered = false;
+/* A name this session bound a term of */
+typedef struct BoundName
+{
+	char		key[HL_MAX_NAME_BYTES + 1];	/* NUL-terminated; names hold
+											 * no NUL */
+	bool		committed;		/* its binding committed */
+} BoundName;
+
+static HTAB *bound = NULL;		/* in TopMemoryContext */
+static int	uncommitted = 0;	/* entries with committed == false */
+static bool exit_callbacks_registered = false;
 
 static void
-leave_to_worker(text *name)
+name_key(text *name, char *key)
 {
-	HoplockMessage msg;
+	int			len = Min(VARSIZE_ANY_EXHDR(name), HL_MAX_NAME_BYTES);
 
-	if (hoplock_shared == NULL)
-		return;
-	memset(&msg, 0, offsetof(HoplockMessage, name));
-	msg.kind = HOPLOCK_MSG_SESSION_END;
-	msg.session_pid = MyProcPid;
-	msg.session_start = MyStartTimestamp;
-	msg.namelen = VARSIZE_ANY_EXHDR(name);
-	memcpy(msg.name, VARDATA_ANY(name), msg.namelen);
-	hoplock_post(&msg);
+	memset(key, 0, HL_MAX_NAME_BYTES + 1);
+	memcpy(key, VARDATA_ANY(name), len);
+}
+
+/* on_shmem_exit: however the backend leaves, it is no longer a session */
+static void
+unregister_session(int code, Datum arg)
+{
+	hl_session_unregister();
 }
 
 /*
@@ -69,16 +85,17 @@ leave_to_worker(text *name)
 static void
 end_bound_terms(int code, Datum arg)
 {
-	ListCell   *lc;
+	HASH_SEQ_STATUS status;
+	BoundName  *entry;
 
-	if (bound_names == NIL || !OidIsValid(MyDatabaseId))
-	{
-		hoplock_session_unregister();
+	if (bound == NULL || hash_get_num_entries(bound) == 0 ||
+		!OidIsValid(MyDatabaseId))
 		return;
-	}
 
-	foreach(lc, bound_names)
-		leave_to_worker((text *) lfirst(lc));
+	hash_seq_init(&status, bound);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		hl_post_session_end(cstring_to_text(entry->key), MyProcPid,
+							MyStartTimestamp);
 
 	AbortOutOfAnyTransaction();
 	SetConfigOption("default_transaction_read_only", "off",
@@ -89,7 +106,8 @@ end_bound_terms(int code, Datum arg)
 					PGC_SUSET, PGC_S_OVERRIDE);
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	foreach(lc, bound_names)
+	hash_seq_init(&status, bound);
+	while ((entry = hash_seq_search(&status)) != NULL)
 	{
 		LeaseRequest req = {0};
 		Lease		result;
@@ -97,43 +115,94 @@ end_bound_terms(int code, Datum arg)
 
 		req.op = LEASE_OP_SESSION_END;
 		req.fn = "hoplock session exit";
-		req.name = (text *) lfirst(lc);
+		req.name = cstring_to_text(entry->key);
 		req.session_pid = MyProcPid;
 		req.session_start = MyStartTimestamp;
-		(void) lease_cas(&req, &result, &found);
+		req.busy_is_contention = true;
+		(void) hl_lease_cas(&req, &result, &found);
 	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
-	hoplock_notify_after_commit();
-
-	bound_names = NIL;
-	hoplock_session_unregister();
+	hl_notify_after_commit();
+	hash_destroy(bound);
+	bound = NULL;
 }
 
 /*
- * Called at commit of a transaction that bound lease "name" to this
- * session.
+ * This transaction binds lease "name" to this session: remember it, now,
+ * so that nothing is left to allocate at commit.
  */
 void
-hoplock_session_bind(text *name)
+hl_session_bind(text *name)
 {
-	MemoryContext old;
-	ListCell   *lc;
+	char		key[HL_MAX_NAME_BYTES + 1];
+	BoundName  *entry;
+	bool		found;
 
-	foreach(lc, bound_names)
+	if (bound == NULL)
 	{
-		if (text_equal((text *) lfirst(lc), name))
-			return;
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = HL_MAX_NAME_BYTES + 1;
+		ctl.entrysize = sizeof(BoundName);
+		ctl.hcxt = TopMemoryContext;
+		bound = hash_create("hoplock session-bound names", 16, &ctl,
+							HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	}
-
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	bound_names = lappend(bound_names,
-						  PG_DETOAST_DATUM_COPY(PointerGetDatum(name)));
-	MemoryContextSwitchTo(old);
-
-	if (!exit_callback_registered)
+	if (!exit_callbacks_registered)
 	{
+		on_shmem_exit(unregister_session, (Datum) 0);
 		before_shmem_exit(end_bound_terms, (Datum) 0);
-		exit_callback_registered = true;
+		exit_callbacks_registered = true;
 	}
+
+	/* registered before the binding commits, so never seen unbound */
+	hl_session_register();
+
+	name_key(name, key);
+	entry = hash_search(bound, key, HASH_ENTER, &found);
+	if (!found)
+	{
+		entry->committed = false;
+		uncommitted++;
+	}
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	HASH_SEQ_STATUS status;
+	BoundName  *entry;
+
+	if (uncommitted == 0)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			hash_seq_init(&status, bound);
+			while ((entry = hash_seq_search(&status)) != NULL)
+				entry->committed = true;
+			uncommitted = 0;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			hash_seq_init(&status, bound);
+			while ((entry = hash_seq_search(&status)) != NULL)
+			{
+				if (!entry->committed)
+					(void) hash_search(bound, entry->key, HASH_REMOVE, NULL);
+			}
+			uncommitted = 0;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+hl_session_init(void)
+{
+	RegisterXactCallback(xact_callback, NULL);
 }

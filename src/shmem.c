@@ -1,22 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.c
- *		hoplock's shared memory: one slot per served database (its worker's
- *		latch, flags, statistics and a mailbox of deadlines), the
- *		launcher's latch, and the condition variables hoplock_wait sleeps
- *		on.  Present only when hoplock is in shared_preload_libraries;
- *		hoplock_shared is NULL otherwise, and every caller copes.
+ *		hoplock's shared memory: its layout, its LWLocks, and the few
+ *		operations on it that backends, the launcher and the workers share
+ *		(see shmem.h for what lives there and which lock protects what).
  *
- *		Locking: HoplockShared.mutex (a spinlock) protects slot allocation
- *		(the dboid and state of every slot) and the launcher's fields; each
- *		slot's own mutex protects the rest of the slot, its mailbox
- *		included.  Never hold both, never for more than a few instructions.
- *
- *		The mailbox is a ring of messages from backends to the worker: a
- *		term's deadline when it begins or moves earlier, and a session
- *		that ended without ending its session-bound terms.  When it is
- *		full, the message is dropped and the slot marked "overflowed": the
- *		worker then rescans the lease table, which holds the truth anyway.
+ *		The mailbox is a ring of messages from backends to a database's
+ *		worker: a term's deadline when it begins or moves earlier, and a
+ *		session that ended without ending its session-bound terms.  When it
+ *		is full, the message is dropped and the slot marked "overflowed":
+ *		the worker then reads the lease table again, which holds the truth
+ *		anyway.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,22 +18,23 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "shmem.h"
 
-#include "common/hashfn.h"
-#include "miscadmin.h"
 #include "access/twophase.h"
+#include "miscadmin.h"
+#include "pgstat.h"
 #include "postmaster/autovacuum.h"
 #include "postmaster/bgworker_internals.h"
 #include "replication/walsender.h"
 #include "storage/ipc.h"
-#include "storage/latch.h"
-#include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
-HoplockShared *hoplock_shared = NULL;
+#define HL_TRANCHE	"hoplock"
+
+HlShared   *hl_shared = NULL;
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 #if PG_VERSION_NUM >= 150000
@@ -63,18 +58,17 @@ total_procs(void)
 static Size
 rings_offset(void)
 {
-	return MAXALIGN(add_size(offsetof(HoplockShared, slots),
-							 mul_size(hoplock_max_databases,
-									  sizeof(HoplockDbSlot))));
+	return MAXALIGN(add_size(offsetof(HlShared, slots),
+							 mul_size(hl_max_databases, sizeof(HlDbSlot))));
 }
 
 static Size
 sessions_offset(void)
 {
 	return MAXALIGN(add_size(rings_offset(),
-							 mul_size(mul_size(hoplock_max_databases,
-											   hoplock_queue_size),
-									  sizeof(HoplockMessage))));
+							 mul_size(mul_size(hl_max_databases,
+											   hl_queue_size),
+									  sizeof(HlMessage))));
 }
 
 static Size
@@ -84,13 +78,21 @@ shared_size(void)
 					mul_size(total_procs(), sizeof(pg_atomic_uint64)));
 }
 
+static void
+request_shmem(void)
+{
+	RequestAddinShmemSpace(shared_size());
+	/* one for the whole, one per slot */
+	RequestNamedLWLockTranche(HL_TRANCHE, 1 + hl_max_databases);
+}
+
 #if PG_VERSION_NUM >= 150000
 static void
 shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(shared_size());
+	request_shmem();
 }
 #endif
 
@@ -103,30 +105,33 @@ shmem_startup(void)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	hoplock_shared = ShmemInitStruct("hoplock", shared_size(), &found);
+	hl_shared = ShmemInitStruct("hoplock", shared_size(), &found);
 	if (!found)
 	{
+		LWLockPadded *locks = GetNamedLWLockTranche(HL_TRANCHE);
 		char	   *rings;
 
-		memset(hoplock_shared, 0, shared_size());
-		SpinLockInit(&hoplock_shared->mutex);
-		for (int i = 0; i < HOPLOCK_WAIT_BUCKETS; i++)
-			ConditionVariableInit(&hoplock_shared->waitcv[i]);
-		hoplock_shared->nslots = hoplock_max_databases;
-		hoplock_shared->queue_size = hoplock_queue_size;
-		hoplock_shared->nprocs = total_procs();
-		hoplock_shared->sessions = (pg_atomic_uint64 *)
-			((char *) hoplock_shared + sessions_offset());
-		for (int i = 0; i < hoplock_shared->nprocs; i++)
-			pg_atomic_init_u64(&hoplock_shared->sessions[i], 0);
-		rings = (char *) hoplock_shared + rings_offset();
-		for (int i = 0; i < hoplock_max_databases; i++)
+		memset(hl_shared, 0, shared_size());
+		hl_shared->lock = &locks[0].lock;
+		/* tells workers of an earlier incarnation (crash-restart) apart */
+		hl_shared->incarnation = (uint64) GetCurrentTimestamp();
+		for (int i = 0; i < HL_WAIT_BUCKETS; i++)
+			ConditionVariableInit(&hl_shared->waitcv[i]);
+		hl_shared->nslots = hl_max_databases;
+		hl_shared->queue_size = hl_queue_size;
+		hl_shared->nprocs = total_procs();
+		hl_shared->sessions = (pg_atomic_uint64 *)
+			((char *) hl_shared + sessions_offset());
+		for (int i = 0; i < hl_shared->nprocs; i++)
+			pg_atomic_init_u64(&hl_shared->sessions[i], 0);
+		rings = (char *) hl_shared + rings_offset();
+		for (int i = 0; i < hl_max_databases; i++)
 		{
-			HoplockDbSlot *slot = &hoplock_shared->slots[i];
+			HlDbSlot   *slot = &hl_shared->slots[i];
 
-			SpinLockInit(&slot->mutex);
-			slot->ring = (HoplockMessage *)
-				(rings + (Size) i * hoplock_queue_size * sizeof(HoplockMessage));
+			slot->lock = &locks[1 + i].lock;
+			slot->ring = (HlMessage *)
+				(rings + (Size) i * hl_queue_size * sizeof(HlMessage));
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -134,63 +139,85 @@ shmem_startup(void)
 
 /* Called from _PG_init while shared_preload_libraries is processed. */
 void
-hoplock_shmem_init(void)
+hl_shmem_init(void)
 {
 #if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = shmem_request;
 #else
-	RequestAddinShmemSpace(shared_size());
+	request_shmem();
 #endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = shmem_startup;
 }
 
 /* The slot serving "dboid", or NULL. */
-HoplockDbSlot *
-hoplock_slot_for(Oid dboid)
+HlDbSlot *
+hl_slot_for(Oid dboid)
 {
-	HoplockDbSlot *found = NULL;
+	HlDbSlot   *found = NULL;
 
-	if (hoplock_shared == NULL)
+	if (hl_shared == NULL || !OidIsValid(dboid))
 		return NULL;
-	SpinLockAcquire(&hoplock_shared->mutex);
-	for (int i = 0; i < hoplock_shared->nslots; i++)
+	LWLockAcquire(hl_shared->lock, LW_SHARED);
+	for (int i = 0; i < hl_shared->nslots; i++)
 	{
-		if (hoplock_shared->slots[i].dboid == dboid)
+		if (hl_shared->slots[i].dboid == dboid)
 		{
-			found = &hoplock_shared->slots[i];
+			found = &hl_shared->slots[i];
 			break;
 		}
 	}
-	SpinLockRelease(&hoplock_shared->mutex);
+	LWLockRelease(hl_shared->lock);
 	return found;
 }
 
 /*
- * Put a message in the mailbox of this database's worker.  Wake the worker
- * if the message needs it sooner than it planned to wake by itself, or if
- * it says a session ended.
+ * Everything of a slot but its lock, ring, dboid and generation, as a
+ * fresh slot has it.  Caller holds the slot's lock.
  */
 void
-hoplock_post(const HoplockMessage *msg)
+hl_slot_reset(HlDbSlot *slot)
 {
-	HoplockDbSlot *slot = hoplock_slot_for(MyDatabaseId);
+	slot->state = WORKER_FREE;
+	slot->pid = 0;
+	slot->latch = NULL;
+	slot->stop = STOP_NONE;
+	slot->stop_requested_at = 0;
+	slot->busy_pid = 0;
+	slot->next_wakeup = 0;
+	slot->overflowed = false;
+	slot->head = slot->tail = 0;
+	memset(&slot->stats, 0, sizeof(slot->stats));
+}
+
+/*
+ * Put a message in the mailbox of database "dboid"'s worker.  Wake the
+ * worker if the message needs it sooner than it planned to wake by itself,
+ * or if it says a session ended.
+ */
+void
+hl_post(Oid dboid, const HlMessage *msg)
+{
+	HlDbSlot   *slot = hl_slot_for(dboid);
 	Latch	   *latch = NULL;
 
 	if (slot == NULL)
 		return;
 
-	SpinLockAcquire(&slot->mutex);
-	if (slot->head - slot->tail >= (uint64) hoplock_shared->queue_size)
-		slot->overflowed = true;
-	else
-		memcpy(&slot->ring[slot->head++ % hoplock_shared->queue_size], msg,
-			   offsetof(HoplockMessage, name) + msg->namelen);
-	if (msg->kind == HOPLOCK_MSG_SESSION_END ||
-		msg->expires_at < slot->next_wakeup || slot->overflowed)
-		latch = slot->latch;
-	SpinLockRelease(&slot->mutex);
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	if (slot->dboid == dboid)
+	{
+		if (slot->head - slot->tail >= (uint64) hl_shared->queue_size)
+			slot->overflowed = true;
+		else
+			memcpy(&slot->ring[slot->head++ % hl_shared->queue_size], msg,
+				   offsetof(HlMessage, name) + msg->namelen);
+		if (msg->kind == HL_MSG_SESSION_END ||
+			msg->expires_at < slot->next_wakeup || slot->overflowed)
+			latch = slot->latch;
+	}
+	LWLockRelease(slot->lock);
 
 	if (latch != NULL)
 		SetLatch(latch);
@@ -201,11 +228,11 @@ hoplock_post(const HoplockMessage *msg)
  * false when it is empty.  *overflowed reports (and clears) lost messages.
  */
 bool
-hoplock_take(HoplockDbSlot *slot, HoplockMessage *msg, bool *overflowed)
+hl_take(HlDbSlot *slot, HlMessage *msg, bool *overflowed)
 {
 	bool		found = false;
 
-	SpinLockAcquire(&slot->mutex);
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
 	if (slot->overflowed)
 	{
 		*overflowed = true;
@@ -213,62 +240,79 @@ hoplock_take(HoplockDbSlot *slot, HoplockMessage *msg, bool *overflowed)
 	}
 	if (slot->tail != slot->head)
 	{
-		memcpy(msg, &slot->ring[slot->tail++ % hoplock_shared->queue_size],
-			   sizeof(HoplockMessage));
+		memcpy(msg, &slot->ring[slot->tail++ % hl_shared->queue_size],
+			   sizeof(HlMessage));
 		found = true;
 	}
-	SpinLockRelease(&slot->mutex);
+	LWLockRelease(slot->lock);
 	return found;
+}
+
+/* Is the mailbox empty?  Caller holds the slot's lock. */
+bool
+hl_mailbox_empty(HlDbSlot *slot)
+{
+	return slot->head == slot->tail && !slot->overflowed;
 }
 
 /* The condition variable the waiters for lease "name" sleep on. */
 ConditionVariable *
-hoplock_wait_cv(text *name)
+hl_wait_cv(text *name)
 {
-	uint32		hash;
-
-	if (hoplock_shared == NULL)
+	if (hl_shared == NULL)
 		return NULL;
-	hash = hash_bytes((const unsigned char *) VARDATA_ANY(name),
-					  VARSIZE_ANY_EXHDR(name));
-	hash ^= MyDatabaseId;
-	return &hoplock_shared->waitcv[hash % HOPLOCK_WAIT_BUCKETS];
+	return &hl_shared->waitcv[hl_name_bucket(name, HL_WAIT_BUCKETS)];
 }
 
-/* Wake the launcher, asking it to look at the databases again. */
+/* Wake the launcher, asking it to look at database "dboid" (or all). */
 void
-hoplock_wake_launcher(Oid dboid)
+hl_wake_launcher(Oid dboid)
 {
 	Latch	   *latch;
 
-	if (hoplock_shared == NULL)
+	if (hl_shared == NULL)
 		return;
-	SpinLockAcquire(&hoplock_shared->mutex);
-	if (OidIsValid(dboid) &&
-		hoplock_shared->nrequests < lengthof(hoplock_shared->requests))
-		hoplock_shared->requests[hoplock_shared->nrequests++] = dboid;
+	LWLockAcquire(hl_shared->lock, LW_EXCLUSIVE);
+	if (OidIsValid(dboid) && hl_shared->nrequests < HL_MAX_REQUESTS)
+		hl_shared->requests[hl_shared->nrequests++] = dboid;
 	else
-		hoplock_shared->rescan_all = true;
-	latch = hoplock_shared->launcher_latch;
-	SpinLockRelease(&hoplock_shared->mutex);
+		hl_shared->rescan_all = true;
+	latch = hl_shared->launcher_latch;
+	LWLockRelease(hl_shared->lock);
 	if (latch != NULL)
 		SetLatch(latch);
 }
 
-/* Ask the worker of "dboid" to stop (its database or extension is going). */
+/*
+ * Ask the worker of "dboid" to stop, and send it SIGTERM: it leaves at once,
+ * even from inside a commit that waits for a synchronous standby.  Its pid
+ * is read and signalled under the slot's lock, which it takes to clear the
+ * pid on its way out, so the signal cannot reach a process that reused it.
+ */
 void
-hoplock_stop_worker(Oid dboid, HoplockStopReason reason)
+hl_stop_worker(Oid dboid, HlStopReason reason)
 {
-	HoplockDbSlot *slot = hoplock_slot_for(dboid);
-	Latch	   *latch = NULL;
+	HlDbSlot   *slot = hl_slot_for(dboid);
+	Latch	   *latch;
 
 	if (slot == NULL)
 		return;
-	SpinLockAcquire(&slot->mutex);
-	slot->stop = reason;
-	slot->stop_requested_at = GetCurrentTimestamp();
-	latch = slot->latch;
-	SpinLockRelease(&slot->mutex);
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	if (slot->dboid == dboid)
+	{
+		slot->stop = reason;
+		slot->stop_requested_at = GetCurrentTimestamp();
+		if (reason == STOP_DATABASE_BUSY)
+			slot->busy_pid = MyProcPid;
+		if (slot->pid != 0)
+			(void) kill(slot->pid, SIGTERM);
+	}
+	LWLockRelease(slot->lock);
+
+	/* the launcher keeps the postmaster from starting it again */
+	LWLockAcquire(hl_shared->lock, LW_SHARED);
+	latch = hl_shared->launcher_latch;
+	LWLockRelease(hl_shared->lock);
 	if (latch != NULL)
 		SetLatch(latch);
 }
@@ -276,45 +320,46 @@ hoplock_stop_worker(Oid dboid, HoplockStopReason reason)
 /*
  * Sessions that bound a term.  A backend registers itself (its start time,
  * in the entry of its PGPROC) before its first binding can commit, and
- * unregisters when it has ended its terms at exit; the worker asks whether
- * the session a row names is still there.  Shared memory starts empty, so
- * after a crash-restart, or on a promoted standby, no session of before is.
+ * unregisters on its way out, however it leaves (see session.c); the
+ * worker asks whether the session a row names is still there.  Shared
+ * memory starts empty, so after a crash-restart, or on a promoted standby,
+ * no session of before is.
  */
 static int
-my_proc_index(PGPROC *proc)
+proc_index(PGPROC *proc)
 {
 	return (int) (proc - ProcGlobal->allProcs);
 }
 
 void
-hoplock_session_register(void)
+hl_session_register(void)
 {
-	if (hoplock_shared == NULL || MyProc == NULL)
+	if (hl_shared == NULL || MyProc == NULL)
 		return;
-	pg_atomic_write_u64(&hoplock_shared->sessions[my_proc_index(MyProc)],
+	pg_atomic_write_u64(&hl_shared->sessions[proc_index(MyProc)],
 						(uint64) MyStartTimestamp);
 }
 
 void
-hoplock_session_unregister(void)
+hl_session_unregister(void)
 {
-	if (hoplock_shared == NULL || MyProc == NULL)
+	if (hl_shared == NULL || MyProc == NULL)
 		return;
-	pg_atomic_write_u64(&hoplock_shared->sessions[my_proc_index(MyProc)], 0);
+	pg_atomic_write_u64(&hl_shared->sessions[proc_index(MyProc)], 0);
 }
 
 bool
-hoplock_session_alive(int32 pid, TimestampTz start)
+hl_session_alive(int32 pid, TimestampTz start)
 {
 	PGPROC	   *proc;
 	int			i;
 
-	if (hoplock_shared == NULL)
+	if (hl_shared == NULL)
 		return true;			/* cannot tell: leave it to the ttl */
 	proc = BackendPidGetProc(pid);
 	if (proc == NULL)
 		return false;
-	i = my_proc_index(proc);
-	return i >= 0 && i < hoplock_shared->nprocs &&
-		pg_atomic_read_u64(&hoplock_shared->sessions[i]) == (uint64) start;
+	i = proc_index(proc);
+	return i >= 0 && i < hl_shared->nprocs &&
+		pg_atomic_read_u64(&hl_shared->sessions[i]) == (uint64) start;
 }

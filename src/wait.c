@@ -5,17 +5,26 @@
  *		again, until the timeout.
  *
  *		Sleeping is on a condition variable in shared memory, one of
- *		HOPLOCK_WAIT_BUCKETS chosen by the lease's name.  It is broadcast
- *		at the end of every transaction that held the lease's term lock
- *		(a release, a force-release, a new term, a fence), and when the
- *		worker announces an expiry.  A sleeper also wakes by itself when
- *		the holder's term lapses, so an expiry needs no worker.  Woken
- *		waiters race through the ordinary compare-and-swap; one wins, the
- *		others sleep again.
+ *		HL_WAIT_BUCKETS chosen by the lease's name.  It is broadcast at the
+ *		end of every transaction that held the lease's term lock (a
+ *		release, a force-release, a new term, a fence), and when the worker
+ *		announces an expiry.  A sleeper also wakes by itself when the
+ *		holder's term lapses, so an expiry needs no worker.  Woken waiters
+ *		race through the ordinary compare-and-swap; one wins, the others
+ *		sleep again.
+ *
+ *		A sleeping waiter holds no lock: an attempt that fails gives back
+ *		every lock it took, so that it holds up neither DDL on the lease
+ *		table nor the calls that would queue behind that DDL.
  *
  *		The sleep is the condition variable's: interruptible, so query
  *		cancel, statement_timeout and pg_terminate_backend end it, and
  *		transaction abort and backend exit take the sleeper off the list.
+ *
+ *		The wake-ups of a transaction are this file's own end-of-transaction
+ *		work: broadcast at commit and at abort (either way the lease may now
+ *		be had), after the transaction's locks are released, or a woken
+ *		waiter would find the term lock still taken.
  *
  *		Without shared_preload_libraries there is no shared memory: then
  *		hoplock_wait polls with exponential backoff, and says so once per
@@ -27,36 +36,51 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "shmem.h"
 
+#include "access/xact.h"
+#include "common/int.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #define POLL_FIRST_MS	10
 #define POLL_MAX_MS		1000
-/* Cap on a sleep with nothing known to wake it: a fence in a prepared
- * transaction ends without waking anyone. */
+/* Cap on a sleep with nothing known to wake it */
 #define SLEEP_MAX_MS	1000
+/* Sleep while the lease table is locked by maintenance */
+#define BUSY_SLEEP_MS	10
 
 static bool polling_notice_given = false;
+
+/* Condition variables to broadcast when this transaction ends */
+typedef struct PendingWake
+{
+	struct PendingWake *next;
+	ConditionVariable *cv;
+} PendingWake;
+
+static PendingWake *pending_wakes = NULL;	/* in TopTransactionContext */
 
 /*
  * Try the acquire; if it fails, sleep until the lease may be free, or the
  * deadline.  Returns true with *result when the lease was acquired.
  */
 bool
-lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
+hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 {
 	TimestampTz deadline;
-	ConditionVariable *cv = hoplock_wait_cv(req->name);
+	ConditionVariable *cv = hl_wait_cv(req->name);
 	MemoryContext loop_context;
 	MemoryContext old;
 	long		poll_ms = POLL_FIRST_MS;
 	bool		acquired = false;
 
+	req->busy_is_contention = true;
 	deadline = GetCurrentTimestamp();
 	if (pg_add_s64_overflow(deadline, timeout, &deadline) ||
 		!IS_VALID_TIMESTAMP(deadline))
@@ -89,7 +113,7 @@ lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 
 		MemoryContextReset(loop_context);
 		old = MemoryContextSwitchTo(loop_context);
-		outcome = lease_cas(req, &seen, &found);
+		outcome = hl_lease_cas(req, &seen, &found);
 		MemoryContextSwitchTo(old);
 		if (outcome == LEASE_DONE)
 		{
@@ -107,9 +131,12 @@ lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 
 		/* the holder's term lapses by itself: be there when it does */
 		wake = deadline;
-		if (found && lease_is_held(&seen, now))
+		if (found && hl_lease_is_held(&seen, now))
 			wake = Min(wake, seen.expires_at);
-		ms = ms_until(now, wake);
+		ms = hl_ms_until(now, wake);
+		/* nothing seen: the table was locked, and nobody will say when not */
+		if (!found && outcome == LEASE_CONTENDED)
+			ms = Min(ms, BUSY_SLEEP_MS);
 
 		if (cv != NULL)
 		{
@@ -131,4 +158,53 @@ lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 		ConditionVariableCancelSleep();
 	MemoryContextDelete(loop_context);
 	return acquired;
+}
+
+/*
+ * Wake the waiters of lease "name" when this transaction ends, by commit or
+ * abort.  Broadcasting a condition variable nobody sleeps on costs next to
+ * nothing, so a lease changed twice in one transaction is simply woken
+ * twice.
+ */
+void
+hl_wake_waiters_at_end(text *name)
+{
+	PendingWake *item;
+
+	if (hl_shared == NULL)
+		return;
+	item = MemoryContextAlloc(TopTransactionContext, sizeof(PendingWake));
+	item->cv = hl_wait_cv(name);
+	item->next = pending_wakes;
+	pending_wakes = item;
+}
+
+/*
+ * After the top-level transaction's locks are released: wake the waiters.
+ * TopTransactionContext, where the items live, is still there.
+ */
+static void
+resource_release_callback(ResourceReleasePhase phase, bool isCommit,
+						  bool isTopLevel, void *arg)
+{
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+		return;
+	for (PendingWake *item = pending_wakes; item != NULL; item = item->next)
+		ConditionVariableBroadcast(item->cv);
+	pending_wakes = NULL;
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	/* a prepared transaction keeps its locks: nobody to wake yet */
+	if (event == XACT_EVENT_PREPARE)
+		pending_wakes = NULL;
+}
+
+void
+hl_wait_init(void)
+{
+	RegisterXactCallback(xact_callback, NULL);
+	RegisterResourceReleaseCallback(resource_release_callback, NULL);
 }

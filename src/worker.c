@@ -7,194 +7,233 @@
  *		announces the lapsed term ("expired", through the same
  *		compare-and-swap as every call) or, if the term was renewed,
  *		schedules it again at its new expiry.  It also ends the
- *		session-bound terms of sessions that are gone.
+ *		session-bound terms of sessions that are gone, and the sessions
+ *		that keep a lapsed term from ending (hoplock.hung_holder_timeout).
  *
- *		Deadlines come from backends through the slot's mailbox (see
- *		shmem.c): a new term, or a renewal that moves the expiry earlier,
- *		posts one at commit and wakes the worker if it would otherwise
- *		sleep past it.  Renewals that move it later post nothing; the worker
- *		finds out when it looks.  The whole table is read at start (which
- *		also announces terms that lapsed while the server was down), when
- *		the mailbox overflowed, and when the schedule reaches its horizon.
- *		No index on expires_at is needed, so renewals stay HOT.
+ *		Deadlines come from backends through the slot's mailbox (shmem.c,
+ *		mailbox.c): a new term, or a renewal that moves the expiry earlier,
+ *		posts one at commit and wakes the worker if it would otherwise sleep
+ *		past it.  Renewals that move it later post nothing; the worker finds
+ *		out when it looks.  The table is read again -- at start (which also
+ *		announces terms that lapsed while the server was down), when the
+ *		mailbox overflowed, and when the schedule reaches its horizon -- in
+ *		passes of SCAN_BATCH rows per round, in name order, between which
+ *		the worker goes on announcing what is due: the work of a round is
+ *		bounded, and a pass in progress absorbs every overflow that happens
+ *		meanwhile (one more pass follows it).  No index on expires_at is
+ *		needed, so renewals stay HOT.
  *
  *		The mailbox is read before each round's snapshot is taken: a
  *		message is posted after its transaction committed, so the round
- *		sees every term it was told of, even when it rescans.
+ *		sees every term it was told of.
  *
- *		Work is done in short transactions, at most BATCH leases each.
- *		The loop is worker_spi's: latch, SIGHUP reload, SIGTERM exits
- *		cleanly (code 0: not restarted by the postmaster; the launcher
- *		decides), an ERROR exits with code 1 and the postmaster restarts
- *		it after bgw_restart_time.
+ *		A lease being changed right now is looked at again a little later,
+ *		the later the longer it has been lapsed (10 ms to 1 s), so a lease
+ *		held up for long costs the worker almost nothing.
+ *
+ *		The loop is worker_spi's: latch, SIGHUP reloads, SIGTERM (die) ends
+ *		the worker at once, even inside a commit waiting for a synchronous
+ *		standby.  An error does not end it: it is logged, and the worker
+ *		tries again after a pause that doubles up to hoplock.naptime (so a
+ *		damaged table is reported, not crashed on in a loop).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <signal.h>
+
 #include "hoplock.h"
 #include "compat.h"
 #include "schedule.h"
+#include "shmem.h"
 
 #include "access/xact.h"
 #include "commands/async.h"
 #include "commands/dbcommands.h"
+#include "libpq/pqsignal.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 /* Leases looked at per transaction */
-#define BATCH 500
+#define BATCH			500
+
+/* Rows of the table read per round of a pass */
+#define SCAN_BATCH		1000
 
 /* A lease being changed right now is looked at again this much later */
-#define RETRY_DELAY_US	(10 * 1000)
+#define RETRY_MIN_US	(10 * 1000)
+#define RETRY_MAX_US	(1000 * 1000)
+
+/* Pause after an error: doubles from this up to hoplock.naptime */
+#define ERROR_PAUSE_MIN_MS	1000
 
 /* A session that ended without ending its bound term */
 typedef struct SessionEnd
 {
-	text	   *name;
+	/* hash key */
+	char		name[HL_MAX_NAME_BYTES + 1];
 	int32		pid;
 	TimestampTz start;
+	/* state */
+	TimestampTz first_tried;
+	TimestampTz next_try;
 } SessionEnd;
 
-static HoplockDbSlot *my_slot;
-static HoplockWorkerArg my_arg;
+#define SESSION_END_KEYSIZE	offsetof(SessionEnd, first_tried)
+
+static HlDbSlot *my_slot;
+static HlWorkerArg my_arg;
 static char *my_dbname;
 static Schedule *schedule;
-static List *session_ends = NIL;	/* of SessionEnd, in TopMemoryContext */
-static bool need_scan = true;
+static HTAB *session_ends;
+
+/* The extension is no longer installed */
+static bool gone = false;
+
+/* The generation floor was brought up to date since the worker started */
+static bool floor_refreshed = false;
+
+/* Memory of one round, reset at the start of each */
+static MemoryContext round_context = NULL;
+
+/* Reading the table again */
+static bool pass_wanted = true; /* start one at the next round */
+static bool in_pass = false;
+static text *pass_after = NULL; /* last name read, in TopMemoryContext */
 
 /* Is this slot still ours (the launcher may have given it to a successor)? */
 static bool
 slot_is_mine(void)
 {
-	return my_slot->dboid == my_arg.dboid &&
+	return hl_shared->incarnation == my_arg.incarnation &&
+		my_slot->dboid == my_arg.dboid &&
 		my_slot->generation == my_arg.generation;
 }
 
 static void
-set_state(HoplockWorkerState state)
+set_state(HlWorkerState state)
 {
-	SpinLockAcquire(&my_slot->mutex);
+	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
 	if (slot_is_mine())
 		my_slot->state = state;
-	SpinLockRelease(&my_slot->mutex);
-}
-
-static bool
-stop_requested(void)
-{
-	HoplockStopReason stop;
-
-	SpinLockAcquire(&my_slot->mutex);
-	stop = slot_is_mine() ? my_slot->stop : STOP_NOT_WANTED;
-	SpinLockRelease(&my_slot->mutex);
-	return stop != STOP_NONE || ShutdownRequestPending;
+	LWLockRelease(my_slot->lock);
 }
 
 static void
 detach(int code, Datum arg)
 {
-	SpinLockAcquire(&my_slot->mutex);
+	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
 	if (slot_is_mine() && my_slot->pid == MyProcPid)
 	{
 		my_slot->pid = 0;
 		my_slot->latch = NULL;
 		my_slot->next_wakeup = 0;
+		if (my_slot->state != WORKER_ABSENT)
+			my_slot->state = WORKER_STOPPED;
 	}
-	SpinLockRelease(&my_slot->mutex);
+	LWLockRelease(my_slot->lock);
 	ereport(LOG,
 			(errmsg("hoplock worker for database \"%s\" stopped", my_dbname)));
+}
+
+static TimestampTz
+retry_at(TimestampTz now, TimestampTz since)
+{
+	int64		delay = (now - since) / 4;
+
+	return now + Min(Max(delay, RETRY_MIN_US), RETRY_MAX_US);
 }
 
 static void
 remember_session_end(const char *name, int namelen, int32 pid,
 					 TimestampTz start)
 {
-	MemoryContext old;
+	SessionEnd	key;
 	SessionEnd *end;
-	ListCell   *lc;
+	bool		found;
 
-	foreach(lc, session_ends)
+	memset(&key, 0, sizeof(key));
+	memcpy(key.name, name, Min(namelen, HL_MAX_NAME_BYTES));
+	key.pid = pid;
+	key.start = start;
+	end = hash_search(session_ends, &key, HASH_ENTER, &found);
+	if (!found)
 	{
-		end = (SessionEnd *) lfirst(lc);
-		if (end->pid == pid && end->start == start &&
-			VARSIZE_ANY_EXHDR(end->name) == namelen &&
-			memcmp(VARDATA_ANY(end->name), name, namelen) == 0)
-			return;
+		end->first_tried = GetCurrentTimestamp();
+		end->next_try = 0;
 	}
-
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	end = palloc(sizeof(SessionEnd));
-	end->name = cstring_to_text_with_len(name, namelen);
-	end->pid = pid;
-	end->start = start;
-	session_ends = lappend(session_ends, end);
-	MemoryContextSwitchTo(old);
 }
 
 /* ---------------------------------------------------------------------
- * The full scan
+ * Reading the table
  * ---------------------------------------------------------------------
  */
-typedef struct FullScan
+typedef struct PassRound
 {
-	int64		rows;
-	bool		stopped;
-} FullScan;
+	int			rows;
+	text	   *last;			/* palloc'd in the round's context */
+} PassRound;
 
 static bool
 scan_row(const Lease *lease, void *arg)
 {
-	FullScan   *scan = (FullScan *) arg;
+	PassRound  *round = (PassRound *) arg;
 
-	/* DROP DATABASE waits only 5 s for us: look up now and then */
-	if (++scan->rows % 1000 == 0 && stop_requested())
-	{
-		scan->stopped = true;
-		return false;
-	}
-
+	round->rows++;
+	round->last = lease->name;
 	if (lease->state != LEASE_STATE_HELD)
 		return true;
 
 	/* no hoplock function writes such a name: the table was written to */
-	if (VARSIZE_ANY_EXHDR(lease->name) > HOPLOCK_MAX_NAME_BYTES)
+	if (VARSIZE_ANY_EXHDR(lease->name) > HL_MAX_NAME_BYTES)
 		return true;
 
 	/* a term bound to a session that is gone */
 	if (lease->session_pid != 0 &&
-		!hoplock_session_alive(lease->session_pid, lease->session_start))
+		!hl_session_alive(lease->session_pid, lease->session_start))
 		remember_session_end(VARDATA_ANY(lease->name),
 							 VARSIZE_ANY_EXHDR(lease->name),
 							 lease->session_pid, lease->session_start);
 
 	/* the schedule keeps the earliest, whatever order the rows come in */
-	schedule_add(schedule, VARDATA_ANY(lease->name),
-				 VARSIZE_ANY_EXHDR(lease->name), lease->expires_at);
+	hl_schedule_add(schedule, VARDATA_ANY(lease->name),
+					VARSIZE_ANY_EXHDR(lease->name), lease->expires_at);
 	return true;
 }
 
-/* Read the whole table into a fresh schedule. */
+/* One round of a pass: the next SCAN_BATCH rows. */
 static void
-full_scan(void)
+pass_round(void)
 {
-	FullScan	scan;
+	PassRound	round = {0};
+	MemoryContext old;
 
 	set_state(WORKER_SCANNING);
-	schedule_reset(schedule, hoplock_max_tracked);
-	memset(&scan, 0, sizeof(scan));
-	lease_scan(scan_row, &scan);
-	need_scan = scan.stopped;
+	hl_store_scan(pass_after, SCAN_BATCH, scan_row, &round);
+
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (pass_after != NULL)
+		pfree(pass_after);
+	pass_after = round.last != NULL ?
+		(text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(round.last)) : NULL;
+	MemoryContextSwitchTo(old);
+
+	if (round.rows < SCAN_BATCH)
+		in_pass = false;		/* the end of the table */
 }
 
 /* ---------------------------------------------------------------------
@@ -207,40 +246,108 @@ full_scan(void)
  * context); returns how many.
  */
 static int
-read_mailbox(HoplockMessage **msgs)
+read_mailbox(HlMessage **msgs)
 {
-	HoplockMessage msg;
+	HlMessage	msg;
 	bool		overflowed = false;
 	int			n = 0;
 	int			max = 16;
 
-	*msgs = palloc(max * sizeof(HoplockMessage));
-	while (hoplock_take(my_slot, &msg, &overflowed))
+	*msgs = palloc(max * sizeof(HlMessage));
+	while (hl_take(my_slot, &msg, &overflowed))
 	{
 		if (n == max)
 		{
 			max *= 2;
-			*msgs = repalloc(*msgs, max * sizeof(HoplockMessage));
+			*msgs = repalloc(*msgs, max * sizeof(HlMessage));
 		}
 		(*msgs)[n++] = msg;
 	}
 	if (overflowed)
-		need_scan = true;
+		pass_wanted = true;
 	return n;
 }
 
 static void
-apply_messages(HoplockMessage *msgs, int n)
+apply_messages(HlMessage *msgs, int n)
 {
 	for (int i = 0; i < n; i++)
 	{
-		if (msgs[i].kind == HOPLOCK_MSG_DEADLINE)
-			schedule_add(schedule, msgs[i].name, msgs[i].namelen,
-						 msgs[i].expires_at);
+		if (msgs[i].kind == HL_MSG_DEADLINE)
+			hl_schedule_add(schedule, msgs[i].name, msgs[i].namelen,
+							msgs[i].expires_at);
 		else
 			remember_session_end(msgs[i].name, msgs[i].namelen,
 								 msgs[i].session_pid, msgs[i].session_start);
 	}
+}
+
+/*
+ * A lapsed term is held up by a session -- a fence of it, or an
+ * uncommitted renewal of it, in a transaction that does not end -- for
+ * longer than hoplock.hung_holder_timeout after it lapsed: end that
+ * session, so that the ttl bounds a hung holder.  A term change in flight
+ * (a new term not yet committed) is left alone.
+ */
+static void
+end_hung_holder(text *name, const Lease *lease, TimestampTz now)
+{
+	HlBlockerKind kind;
+	int			pid;
+
+	if (hl_hung_holder_timeout <= 0 ||
+		now - lease->expires_at < (int64) hl_hung_holder_timeout * 1000)
+		return;
+	pid = hl_lease_blocker(name, &kind);
+	if (pid == 0 || pid == MyProcPid ||
+		(kind != BLOCKER_FENCE && kind != BLOCKER_ROW_CHANGE))
+		return;
+	if (BackendPidGetProc(pid) == NULL)
+		return;
+
+	ereport(LOG,
+			(errmsg("hoplock: terminating process %d, which holds up lease %s (generation " INT64_FORMAT ") after it lapsed",
+					pid, quote_literal_cstr(text_to_cstring(name)),
+					lease->generation),
+			 kind == BLOCKER_FENCE ?
+			 errdetail("It has held a fence of the term since before it lapsed at %s, longer than \"hoplock.hung_holder_timeout\" (%d ms) after.",
+					   timestamptz_to_str(lease->expires_at), hl_hung_holder_timeout) :
+			 errdetail("Its transaction has left a change of the term uncommitted since before it lapsed at %s, longer than \"hoplock.hung_holder_timeout\" (%d ms) after.",
+					   timestamptz_to_str(lease->expires_at), hl_hung_holder_timeout)));
+	if (kill(pid, SIGTERM) == 0)
+	{
+		LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
+		if (slot_is_mine())
+			my_slot->stats.terminated++;
+		LWLockRelease(my_slot->lock);
+	}
+}
+
+/*
+ * An announced term whose fence is still held keeps the lease from changing
+ * hands: look again when hoplock.hung_holder_timeout is up, and end the
+ * fencing session if it still holds it then.
+ */
+static void
+watch_fence(const char *name, int namelen, text *tname, const Lease *lease,
+			TimestampTz now)
+{
+	int			fence_pid;
+	int			change_pid;
+	TimestampTz due;
+
+	if (hl_hung_holder_timeout <= 0)
+		return;
+	hl_term_lock_holders(tname, &fence_pid, &change_pid);
+	if (fence_pid == 0)
+		return;
+	due = lease->expires_at + (int64) hl_hung_holder_timeout * 1000;
+	if (now >= due)
+	{
+		end_hung_holder(tname, lease, now);
+		due = retry_at(now, lease->expires_at);
+	}
+	hl_schedule_add(schedule, name, namelen, due);
 }
 
 /* Announce one lease if its term lapsed; otherwise schedule it again. */
@@ -251,292 +358,396 @@ look_at(const char *name, int namelen, int64 *announced, int64 *lag)
 	Lease		result;
 	bool		found;
 	LeaseOutcome outcome;
+	TimestampTz now;
 
 	req.op = LEASE_OP_EXPIRE;
 	req.fn = "hoplock worker";
 	req.name = cstring_to_text_with_len(name, namelen);
-	outcome = lease_cas(&req, &result, &found);
+	req.busy_is_contention = true;
+	outcome = hl_lease_cas(&req, &result, &found);
+	now = GetCurrentTimestamp();
 
 	if (outcome == LEASE_DONE)
 	{
 		(*announced)++;
-		*lag = GetCurrentTimestamp() - result.expires_at;
+		*lag = now - result.expires_at;
+		watch_fence(name, namelen, req.name, &result, now);
 	}
 	else if (outcome == LEASE_CONTENDED)
 	{
 		/* being changed right now, or the table is locked: look again */
-		schedule_add(schedule, name, namelen,
-					 GetCurrentTimestamp() + RETRY_DELAY_US);
+		TimestampTz since = now;
+
+		if (found && result.state == LEASE_STATE_HELD &&
+			result.expires_at <= now)
+		{
+			since = result.expires_at;
+			end_hung_holder(req.name, &result, now);
+		}
+		hl_schedule_add(schedule, name, namelen, retry_at(now, since));
 	}
 	else if (found && result.state == LEASE_STATE_HELD)
-		schedule_add(schedule, name, namelen, result.expires_at);
+		hl_schedule_add(schedule, name, namelen, result.expires_at);
+	else if (found && result.state == LEASE_STATE_EXPIRED)
+		watch_fence(name, namelen, req.name, &result, now);
 }
 
-/* End the terms of sessions that ended; keep those still contended. */
-static void
+/*
+ * End the terms of sessions that ended, those due for a try; keep those
+ * still contended, to try again later.  Returns the time of the next try
+ * (DT_NOEND if none is left).
+ */
+static TimestampTz
 end_sessions(void)
 {
-	List	   *left = NIL;
-	ListCell   *lc;
+	HASH_SEQ_STATUS status;
+	SessionEnd *end;
+	TimestampTz next = DT_NOEND;
 	int			n = 0;
-	MemoryContext old;
 
-	foreach(lc, session_ends)
+	hash_seq_init(&status, session_ends);
+	while ((end = hash_seq_search(&status)) != NULL)
 	{
-		SessionEnd *end = (SessionEnd *) lfirst(lc);
 		LeaseRequest req = {0};
 		Lease		result;
 		bool		found;
-		bool		keep = true;
+		TimestampTz now = GetCurrentTimestamp();
 
-		if (n++ < BATCH)
+		if (end->next_try > now || n >= BATCH)
 		{
-			req.op = LEASE_OP_SESSION_END;
-			req.fn = "hoplock worker";
-			req.name = end->name;
-			req.session_pid = end->pid;
-			req.session_start = end->start;
-			keep = (lease_cas(&req, &result, &found) == LEASE_CONTENDED);
+			next = Min(next, Max(end->next_try, now));
+			continue;
 		}
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		if (keep)
-			left = lappend(left, end);
+		n++;
+		req.op = LEASE_OP_SESSION_END;
+		req.fn = "hoplock worker";
+		req.name = cstring_to_text(end->name);
+		req.session_pid = end->pid;
+		req.session_start = end->start;
+		req.busy_is_contention = true;
+		if (hl_lease_cas(&req, &result, &found) == LEASE_CONTENDED)
+		{
+			end->next_try = retry_at(now, end->first_tried);
+			next = Min(next, end->next_try);
+		}
 		else
-		{
-			pfree(end->name);
-			pfree(end);
-		}
-		MemoryContextSwitchTo(old);
+			(void) hash_search(session_ends, end, HASH_REMOVE, NULL);
 	}
-	list_free(session_ends);
-	session_ends = left;
+	return next;
 }
 
 /* Should the table be read again now? */
 static bool
 horizon_reached(TimestampTz now)
 {
-	TimestampTz horizon = schedule_horizon(schedule);
+	TimestampTz horizon = hl_schedule_horizon(schedule);
 	TimestampTz next;
 
 	/*
 	 * Only once everything up to the horizon is done: leases due exactly at
-	 * the horizon may share it with some that were left out, and a rescan
+	 * the horizon may share it with some that were left out, and a pass
 	 * before they are done would only find them again.
 	 */
 	return horizon <= now &&
-		(!schedule_next(schedule, &next) || next > horizon);
+		(!hl_schedule_next(schedule, &next) || next > horizon);
 }
 
 /*
  * One transaction's worth of work.  Returns true if more is due right now;
- * sets *gone if the extension is no longer installed.
+ * sets *gone if the extension is no longer installed, *next_session to the
+ * time the next ended session is due for a try.
  */
 static bool
-run_once(bool *gone)
+run_round(bool *gone, TimestampTz *next_session)
 {
-	MemoryContext round_context;
 	MemoryContext old;
-	HoplockMessage *msgs;
+	HlMessage  *msgs;
 	int			nmsgs;
 	TimestampTz now;
 	int			n = 0;
 	int64		announced = 0;
 	int64		lag = -1;
-	char		name[HOPLOCK_MAX_NAME_BYTES + 1];
+	char		name[HL_MAX_NAME_BYTES + 1];
 	int			namelen;
 	TimestampTz when;
 	bool		more = false;
 
-	round_context = AllocSetContextCreate(TopMemoryContext, "hoplock round",
-										  ALLOCSET_DEFAULT_SIZES);
+	*next_session = DT_NOEND;
+	MemoryContextReset(round_context);
 	old = MemoryContextSwitchTo(round_context);
 	nmsgs = read_mailbox(&msgs);
-	MemoryContextSwitchTo(old);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "announcing lease expiries");
 
-	if (!lease_table_exists())
+	if (!hl_extension_installed())
 		*gone = true;
 	else
 	{
-		if (need_scan || horizon_reached(GetCurrentTimestamp()))
-			full_scan();
+		/* after a promotion, say: record the timeline before any term does */
+		if (!floor_refreshed)
+		{
+			hl_floor_refresh();
+			floor_refreshed = true;
+		}
+		if (!in_pass && (pass_wanted || horizon_reached(GetCurrentTimestamp())))
+		{
+			in_pass = true;
+			pass_wanted = false;
+			if (pass_after != NULL)
+				pfree(pass_after);
+			pass_after = NULL;
+			hl_schedule_reopen(schedule);
+		}
+		if (in_pass)
+			pass_round();
 		apply_messages(msgs, nmsgs);
 
 		set_state(WORKER_ANNOUNCING);
 		now = GetCurrentTimestamp();
-		while (n < BATCH && !stop_requested() &&
-			   schedule_take_due(schedule, now, name, &namelen, &when))
+		while (n < BATCH &&
+			   hl_schedule_take_due(schedule, now, name, &namelen, &when))
 		{
+			CHECK_FOR_INTERRUPTS();
 			look_at(name, namelen, &announced, &lag);
 			n++;
 		}
-		more = (n == BATCH);
-		if (session_ends != NIL)
-			end_sessions();
+		more = (n == BATCH) || in_pass;
+		if (hash_get_num_entries(session_ends) > 0)
+			*next_session = end_sessions();
 	}
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
-	hoplock_notify_after_commit();
+	hl_notify_after_commit();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	pgstat_report_stat(false);
-	MemoryContextDelete(round_context);
+	MemoryContextSwitchTo(old);
 
-	SpinLockAcquire(&my_slot->mutex);
+	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
 	if (slot_is_mine())
 	{
-		my_slot->announced += announced;
+		my_slot->stats.announced += announced;
 		if (lag >= 0)
-			my_slot->last_lag = lag;
-		my_slot->tracked = schedule_count(schedule);
+			my_slot->stats.last_lag = lag;
+		my_slot->stats.tracked = hl_schedule_count(schedule);
 	}
-	SpinLockRelease(&my_slot->mutex);
-	return more || list_length(session_ends) > BATCH;
+	LWLockRelease(my_slot->lock);
+	return more || *next_session <= GetCurrentTimestamp();
 }
 
 /*
- * Sleep until the next deadline, the horizon, or hoplock.naptime, unless
- * the mailbox has something first.
+ * Sleep until the next deadline, the horizon, the next try of an ended
+ * session, or hoplock.naptime, unless the mailbox has something first.
  */
 static void
-sleep_until_due(void)
+sleep_until_due(TimestampTz next_session)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz wake = now + (int64) hoplock_naptime * USECS_PER_SEC;
+	TimestampTz wake = now + (int64) hl_naptime * USECS_PER_SEC;
 	TimestampTz next;
-	bool		has_next = schedule_next(schedule, &next);
+	bool		has_next = hl_schedule_next(schedule, &next);
+
+	/*
+	 * A SIGTERM that arrived while a commit waited for a synchronous standby
+	 * ended that wait, which consumed the latch: act on it before sleeping.
+	 */
+	CHECK_FOR_INTERRUPTS();
 
 	if (has_next)
 		wake = Min(wake, next);
-	wake = Min(wake, schedule_horizon(schedule));
-	if (session_ends != NIL)
-		wake = Min(wake, now + RETRY_DELAY_US);
+	wake = Min(wake, hl_schedule_horizon(schedule));
+	wake = Min(wake, next_session);
 
-	SpinLockAcquire(&my_slot->mutex);
-	if (my_slot->head != my_slot->tail || my_slot->overflowed)
+	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
+	if (!hl_mailbox_empty(my_slot))
 	{
 		/* something arrived since we last looked: look again first */
-		SpinLockRelease(&my_slot->mutex);
+		LWLockRelease(my_slot->lock);
 		return;
 	}
 	my_slot->next_wakeup = wake;
-	my_slot->next_expiry = has_next ? next : 0;
+	my_slot->stats.next_expiry = has_next ? next : 0;
 	my_slot->state = WORKER_SLEEPING;
-	SpinLockRelease(&my_slot->mutex);
+	LWLockRelease(my_slot->lock);
 
 	if (wake > now)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 ms_until(now, wake), PG_WAIT_EXTENSION);
+						 hl_ms_until(now, wake), PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
+}
+
+static void
+reload_settings(void)
+{
+	int			old_max = hl_max_tracked;
+
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+	if (hl_max_tracked != old_max)
+	{
+		hl_schedule_reset(schedule, hl_max_tracked);
+		pass_wanted = true;
+	}
+}
+
+/*
+ * After an error: the transaction is gone, and the schedule may be half
+ * updated; start it again from the table, after a pause.
+ */
+static void
+recover_from_error(long *pause_ms)
+{
+	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
+	if (slot_is_mine())
+		my_slot->state = WORKER_FAILING;
+	LWLockRelease(my_slot->lock);
+
+	hl_schedule_reset(schedule, hl_max_tracked);
+	hash_destroy(session_ends);
+	session_ends = NULL;
+	in_pass = false;
+	pass_wanted = true;
+	pass_after = NULL;
+
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 *pause_ms, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	*pause_ms = Min(*pause_ms * 2, (long) hl_naptime * 1000L);
+}
+
+static HTAB *
+create_session_ends(void)
+{
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = SESSION_END_KEYSIZE;
+	ctl.entrysize = sizeof(SessionEnd);
+	ctl.hcxt = TopMemoryContext;
+	return hash_create("hoplock ended sessions", 64, &ctl,
+					   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
 void
 hoplock_worker_main(Datum arg)
 {
-	bool		gone = false;
+	sigjmp_buf	local_sigjmp_buf;
 	bool		mine;
+	static long pause_ms = ERROR_PAUSE_MIN_MS;	/* static: kept across
+													 * longjmp */
 
-	memcpy(&my_arg, MyBgworkerEntry->bgw_extra, sizeof(HoplockWorkerArg));
+	memcpy(&my_arg, MyBgworkerEntry->bgw_extra, sizeof(HlWorkerArg));
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	if (hoplock_shared == NULL || DatumGetInt32(arg) < 0 ||
-		DatumGetInt32(arg) >= hoplock_shared->nslots)
+	if (hl_shared == NULL || DatumGetInt32(arg) < 0 ||
+		DatumGetInt32(arg) >= hl_shared->nslots)
 		proc_exit(0);
-	my_slot = &hoplock_shared->slots[DatumGetInt32(arg)];
+	my_slot = &hl_shared->slots[DatumGetInt32(arg)];
 
-	/* an earlier worker of this slot, restarted after the slot moved on */
-	SpinLockAcquire(&my_slot->mutex);
-	mine = slot_is_mine();
-	SpinLockRelease(&my_slot->mutex);
+	/*
+	 * An earlier worker of this slot, restarted after the slot moved on, or
+	 * after a crash-restart gave shared memory a new incarnation.
+	 */
+	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
+	mine = slot_is_mine() && my_slot->stop == STOP_NONE;
+	if (mine)
+	{
+		my_slot->pid = MyProcPid;
+		my_slot->latch = MyLatch;
+		my_slot->state = WORKER_STARTING;
+		my_slot->stats.started_at = GetCurrentTimestamp();
+		my_slot->next_wakeup = 0;
+	}
+	LWLockRelease(my_slot->lock);
 	if (!mine)
 		proc_exit(0);
+	my_dbname = "?";
+	before_shmem_exit(detach, (Datum) 0);
 
 	BackgroundWorkerInitializeConnectionByOid(my_arg.dboid, InvalidOid, 0);
 
 	/*
 	 * The worker writes whatever the database's defaults say, like
 	 * autovacuum: a read-only or serializable default would only make it
-	 * fail and restart every second.
+	 * fail and retry.
 	 */
 	SetConfigOption("default_transaction_read_only", "off",
 					PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_isolation", "read committed",
 					PGC_SUSET, PGC_S_OVERRIDE);
 
-	SpinLockAcquire(&my_slot->mutex);
-	if (slot_is_mine())
-	{
-		my_slot->pid = MyProcPid;
-		my_slot->latch = MyLatch;
-		my_slot->state = WORKER_STARTING;
-		my_slot->started_at = GetCurrentTimestamp();
-		my_slot->next_wakeup = 0;
-	}
-	SpinLockRelease(&my_slot->mutex);
-
 	/* a database without the extension: leave quietly, the launcher notes it */
 	StartTransactionCommand();
-	gone = !lease_table_exists();
 	my_dbname = MemoryContextStrdup(TopMemoryContext,
 									get_database_name(MyDatabaseId));
+	gone = !hl_extension_installed();
 	CommitTransactionCommand();
 	if (gone)
 	{
 		ereport(DEBUG1,
 				(errmsg_internal("hoplock is not installed in database \"%s\"",
 								 my_dbname)));
-		SpinLockAcquire(&my_slot->mutex);
-		if (slot_is_mine())
-		{
-			my_slot->state = WORKER_ABSENT;
-			my_slot->pid = 0;
-			my_slot->latch = NULL;
-		}
-		SpinLockRelease(&my_slot->mutex);
+		set_state(WORKER_ABSENT);
 		proc_exit(0);
 	}
 
-	before_shmem_exit(detach, (Datum) 0);
 	ereport(LOG,
 			(errmsg("hoplock worker for database \"%s\" started", my_dbname)));
 
-	schedule = schedule_create(TopMemoryContext, hoplock_max_tracked);
+	schedule = hl_schedule_create(TopMemoryContext, hl_max_tracked);
+	session_ends = create_session_ends();
+	round_context = AllocSetContextCreate(TopMemoryContext, "hoplock round",
+										  ALLOCSET_DEFAULT_SIZES);
+
+	/* an error: report it, clean up, pause, and start over (autovacuum's way) */
+	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
+	{
+		HOLD_INTERRUPTS();
+		EmitErrorReport();
+		AbortOutOfAnyTransaction();
+		MemoryContextSwitchTo(TopMemoryContext);
+		FlushErrorState();
+		RESUME_INTERRUPTS();
+		recover_from_error(&pause_ms);
+		session_ends = create_session_ends();
+	}
+	PG_exception_stack = &local_sigjmp_buf;
 
 	for (;;)
 	{
+		TimestampTz next_session;
+
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
+			reload_settings();
+
+		LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
+		if (!slot_is_mine() || my_slot->stop != STOP_NONE)
 		{
-			int			old_max = hoplock_max_tracked;
-
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-			if (hoplock_max_tracked != old_max)
-				need_scan = true;
-		}
-		if (stop_requested())
+			LWLockRelease(my_slot->lock);
 			break;
-
-		SpinLockAcquire(&my_slot->mutex);
+		}
 		my_slot->next_wakeup = 0;	/* awake: no need to wake us */
-		my_slot->last_wakeup = GetCurrentTimestamp();
-		SpinLockRelease(&my_slot->mutex);
+		my_slot->stats.last_wakeup = GetCurrentTimestamp();
+		LWLockRelease(my_slot->lock);
 
-		if (run_once(&gone))
+		if (run_round(&gone, &next_session))
+		{
+			pause_ms = ERROR_PAUSE_MIN_MS;
 			continue;
+		}
+		pause_ms = ERROR_PAUSE_MIN_MS;
 		if (gone)
 			break;
-		sleep_until_due();
+		sleep_until_due(next_session);
 	}
 
-	set_state(WORKER_STOPPED);
+	set_state(gone ? WORKER_ABSENT : WORKER_STOPPED);
 	proc_exit(0);
 }

@@ -1,0 +1,295 @@
+/*-------------------------------------------------------------------------
+ *
+ * dbhooks.c
+ *		What backends tell the launcher about databases and the extension:
+ *
+ *		- CREATE EXTENSION hoplock: the install script asks for this
+ *		  database to be served, once it commits;
+ *		- DROP EXTENSION hoplock (or a DROP ... CASCADE that takes it
+ *		  along): the database's worker stops once it commits (object
+ *		  access hook);
+ *		- DROP DATABASE, CREATE DATABASE ... TEMPLATE, ALTER DATABASE ...
+ *		  RENAME and ... SET TABLESPACE refuse while any session, hoplock's
+ *		  worker included, is connected to the database.  The
+ *		  ProcessUtility hook stops its worker just before such a statement
+ *		  runs -- only if the caller has the rights the statement checks
+ *		  (owner, CREATEDB, template), so that nobody else can keep a
+ *		  database's worker down -- and has the launcher start it again as
+ *		  soon as the statement is over (the launcher waits for the worker
+ *		  to be gone and the statement to be over, in whichever order);
+ *		- CREATE DATABASE: the new database may have the extension (from
+ *		  its template).
+ *
+ *		The first two are this file's own end-of-transaction work, decided
+ *		by whether the extension is there when the transaction commits
+ *		(whatever subtransactions created and dropped on the way); a
+ *		transaction that has any cannot be prepared, since a prepared
+ *		transaction would lose it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "hoplock.h"
+#include "compat.h"
+#include "shmem.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
+#include "commands/dbcommands.h"
+#include "commands/defrem.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/syscache.h"
+
+static object_access_hook_type prev_object_access_hook = NULL;
+static ProcessUtility_hook_type prev_utility_hook = NULL;
+
+/* End-of-transaction work */
+static bool wake_at_commit = false; /* CREATE EXTENSION */
+static bool stop_at_commit = false; /* DROP EXTENSION */
+static bool installed_at_commit = false;	/* the extension is there when
+											 * the transaction commits */
+
+void
+hl_wake_launcher_at_commit(void)
+{
+	wake_at_commit = true;
+}
+
+static void
+object_access(ObjectAccessType access, Oid classId, Oid objectId,
+			  int subId, void *arg)
+{
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+
+	if (hl_shared != NULL && access == OAT_DROP &&
+		classId == ExtensionRelationId && subId == 0)
+	{
+		char	   *name = get_extension_name(objectId);
+
+		if (name != NULL && strcmp(name, "hoplock") == 0)
+			stop_at_commit = true;
+	}
+}
+
+/* The OID of database "name" and whether it is a template; false if none */
+static bool
+lookup_database(const char *name, Oid *dboid, bool *istemplate)
+{
+	HeapTuple	tuple;
+
+	*dboid = name != NULL ? get_database_oid(name, true) : InvalidOid;
+	if (!OidIsValid(*dboid))
+		return false;
+	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(*dboid));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	*istemplate = ((Form_pg_database) GETSTRUCT(tuple))->datistemplate;
+	ReleaseSysCache(tuple);
+	return true;
+}
+
+static bool
+has_createdb(void)
+{
+	HeapTuple	tuple;
+	bool		result = false;
+
+	if (superuser())
+		return true;
+	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(GetUserId()));
+	if (HeapTupleIsValid(tuple))
+	{
+		result = ((Form_pg_authid) GETSTRUCT(tuple))->rolcreatedb;
+		ReleaseSysCache(tuple);
+	}
+	return result;
+}
+
+static bool
+owns_database(Oid dboid)
+{
+	return superuser() || hl_database_owner(dboid);
+}
+
+static const char *
+option_string(DefElem *opt)
+{
+	return opt->arg != NULL ? defGetString(opt) : NULL;
+}
+
+/*
+ * The database a utility statement needs free of other sessions, if the
+ * caller may run that statement on it: the rights the statement itself
+ * checks (dbcommands.c) come first.
+ */
+static Oid
+database_needed_alone(Node *stmt)
+{
+	ListCell   *lc;
+	Oid			dboid = InvalidOid;
+	bool		istemplate = false;
+
+	switch (nodeTag(stmt))
+	{
+		case T_DropdbStmt:
+			if (lookup_database(((DropdbStmt *) stmt)->dbname, &dboid,
+								&istemplate) &&
+				dboid != MyDatabaseId && owns_database(dboid))
+				return dboid;
+			return InvalidOid;
+
+		case T_CreatedbStmt:
+			{
+				const char *template = "template1";
+
+				foreach(lc, ((CreatedbStmt *) stmt)->options)
+				{
+					DefElem    *opt = (DefElem *) lfirst(lc);
+
+					/* TEMPLATE DEFAULT has no argument: template1 */
+					if (strcmp(opt->defname, "template") == 0 &&
+						option_string(opt) != NULL)
+						template = option_string(opt);
+				}
+				if (has_createdb() &&
+					lookup_database(template, &dboid, &istemplate) &&
+					(istemplate || owns_database(dboid)))
+					return dboid;
+				return InvalidOid;
+			}
+
+		case T_RenameStmt:
+			if (((RenameStmt *) stmt)->renameType == OBJECT_DATABASE &&
+				lookup_database(((RenameStmt *) stmt)->subname, &dboid,
+								&istemplate) &&
+				dboid != MyDatabaseId && owns_database(dboid) &&
+				has_createdb())
+				return dboid;
+			return InvalidOid;
+
+		case T_AlterDatabaseStmt:
+			foreach(lc, ((AlterDatabaseStmt *) stmt)->options)
+			{
+				DefElem    *opt = (DefElem *) lfirst(lc);
+
+				if (strcmp(opt->defname, "tablespace") == 0 &&
+					lookup_database(((AlterDatabaseStmt *) stmt)->dbname,
+									&dboid, &istemplate) &&
+					dboid != MyDatabaseId && owns_database(dboid))
+					return dboid;
+			}
+			return InvalidOid;
+
+		default:
+			return InvalidOid;
+	}
+}
+
+/* The statement that needed "dboid" alone is over. */
+static void
+statement_over(Oid dboid)
+{
+	HlDbSlot   *slot = hl_slot_for(dboid);
+
+	if (slot != NULL)
+	{
+		LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+		if (slot->dboid == dboid && slot->busy_pid == MyProcPid)
+			slot->busy_pid = 0;
+		LWLockRelease(slot->lock);
+	}
+	hl_wake_launcher(dboid);
+}
+
+/*
+ * Stop the worker of a database that a statement needs alone, before the
+ * statement checks for other sessions; afterwards, whether it worked or
+ * not, have the launcher look at that database again (and at the one
+ * CREATE DATABASE made).
+ */
+static void
+utility(HL_UTILITY_ARGS)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+	volatile Oid alone = InvalidOid;
+
+	if (hl_shared != NULL)
+	{
+		alone = database_needed_alone(stmt);
+		if (OidIsValid(alone))
+			hl_stop_worker(alone, STOP_DATABASE_BUSY);
+	}
+
+	PG_TRY();
+	{
+		if (prev_utility_hook)
+			HL_UTILITY_CALL(prev_utility_hook);
+		else
+			HL_UTILITY_CALL(standard_ProcessUtility);
+	}
+	PG_FINALLY();
+	{
+		if (OidIsValid(alone))
+			statement_over(alone);
+	}
+	PG_END_TRY();
+
+	if (hl_shared != NULL && IsA(stmt, CreatedbStmt))
+		hl_wake_launcher(get_database_oid(((CreatedbStmt *) stmt)->dbname,
+										  true));
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (wake_at_commit || stop_at_commit)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has created or dropped extension \"hoplock\"")));
+			break;
+		case XACT_EVENT_PRE_COMMIT:
+			/* whatever was created and dropped, what is there in the end */
+			if (wake_at_commit || stop_at_commit)
+				installed_at_commit =
+					OidIsValid(get_extension_oid("hoplock", true));
+			break;
+		case XACT_EVENT_COMMIT:
+			/* a worker of the dropped extension must go, even if it is back */
+			if (stop_at_commit)
+				hl_stop_worker(MyDatabaseId, STOP_EXTENSION_DROPPED);
+			if ((wake_at_commit || stop_at_commit) && installed_at_commit)
+				hl_wake_launcher(MyDatabaseId);
+			wake_at_commit = stop_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			wake_at_commit = stop_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+hl_install_hooks(void)
+{
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = object_access;
+	prev_utility_hook = ProcessUtility_hook;
+	ProcessUtility_hook = utility;
+	RegisterXactCallback(xact_callback, NULL);
+}

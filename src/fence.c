@@ -1,0 +1,170 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence.c
+ *		hoplock_fence(name, generation): succeed only if term "generation"
+ *		holds the lease now, and keep any term change out until the calling
+ *		transaction ends, by holding the name's term lock in ShareLock (see
+ *		lease.c for the protocol).  Renewals take no term lock, so they are
+ *		not held up.
+ *
+ *		The checks -- the generation, the term still running, the caller's
+ *		rights -- are made before the lock is taken, so that a call that
+ *		fails takes no lock on anyone's behalf, and again once it is held,
+ *		since the lease may have changed in between.
+ *
+ *		A fence protects the writes of its own transaction.  One taken
+ *		outside a transaction block protects nothing unless its statement
+ *		itself writes (a function that fences and then writes): if such a
+ *		transaction reaches its commit without having written anything, it
+ *		fails.  A fenced transaction cannot be prepared: it would keep the
+ *		lease from changing hands for as long as it stays prepared.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "hoplock.h"
+#include "compat.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+/* This transaction holds a fence */
+static bool fenced = false;
+
+/* ... taken outside a transaction block */
+static bool fenced_outside_block = false;
+
+/*
+ * Raise 55P03 unless term "generation" of lease "name" holds it now, 42501
+ * unless the caller may fence it.  Reads the newest committed version.
+ */
+static void
+check_fence(text *name, int64 generation)
+{
+	HlRelation	rel;
+	LeaseVersion cur;
+	SnapshotData dirty;
+	TimestampTz now;
+	char	   *lease_name;
+
+	if (!hl_open(HL_REL_LEASE, AccessShareLock, false, &rel))
+		hl_table_busy_error(HL_REL_LEASE);
+
+	/*
+	 * The dirty snapshot may show a change still in flight, which may yet
+	 * roll back; then read the newest committed version.  (With the term
+	 * lock held, a change in flight can only be a renewal.)
+	 */
+	InitDirtySnapshot(dirty);
+	hl_store_fetch(&rel, name, &dirty, &cur);
+	if (TransactionIdIsValid(cur.inflight))
+	{
+		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
+
+		hl_version_release(&cur);
+		hl_store_fetch(&rel, name, latest, &cur);
+		UnregisterSnapshot(latest);
+	}
+	hl_version_release(&cur);
+	hl_close(&rel, false);
+	now = GetCurrentTimestamp();
+
+	lease_name = text_to_cstring(name);
+	if (!cur.found)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease \"%s\" is not held by generation " INT64_FORMAT,
+						lease_name, generation),
+				 errdetail("The lease has never been acquired.")));
+	if (cur.lease.generation != generation)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease \"%s\" is at generation " INT64_FORMAT ", not " INT64_FORMAT,
+						lease_name, cur.lease.generation, generation)));
+	if (!hl_lease_is_held(&cur.lease, now))
+	{
+		if (cur.lease.state == LEASE_STATE_RELEASED)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("lease \"%s\" is no longer held by generation " INT64_FORMAT,
+							lease_name, generation),
+					 errdetail("The term was released.")));
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease \"%s\" is no longer held by generation " INT64_FORMAT,
+						lease_name, generation),
+				 errdetail("The term expired at %s.",
+						   timestamptz_to_str(cur.lease.expires_at))));
+	}
+	hl_check_term_role(&cur.lease);
+}
+
+void
+hl_fence(text *name, int64 generation)
+{
+	/* a fence on a standby could not keep the primary from changing terms */
+	PreventCommandDuringRecovery("hoplock_fence()");
+
+	check_fence(name, generation);
+	if (!hl_term_trylock(name, ShareLock))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not fence lease \"%s\"", text_to_cstring(name)),
+				 errdetail("Another transaction is starting or ending a term of the lease.")));
+	fenced = true;
+	if (!IsTransactionBlock())
+		fenced_outside_block = true;
+
+	/* whoever waits for the lease may try again when this transaction ends */
+	hl_wake_waiters_at_end(name);
+
+	/* the lease may have changed before the lock was had */
+	check_fence(name, generation);
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (fenced_outside_block &&
+				!FullTransactionIdIsValid(GetTopFullTransactionIdIfAny()))
+			{
+				fenced = fenced_outside_block = false;
+				ereport(ERROR,
+						(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
+						 errmsg("hoplock_fence() can only be used in transaction blocks"),
+						 errdetail("The fence ended with its statement, which wrote nothing: it protected nothing."),
+						 errhint("Call hoplock_fence() after BEGIN, in the transaction whose writes it protects.")));
+			}
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (fenced)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has fenced a hoplock lease"),
+						 errdetail("A prepared transaction would keep the lease from changing hands for as long as it lasts.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			fenced = fenced_outside_block = false;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+hl_fence_init(void)
+{
+	RegisterXactCallback(xact_callback, NULL);
+}

@@ -1,0 +1,123 @@
+/*-------------------------------------------------------------------------
+ *
+ * mailbox.c
+ *		What backends tell their database's expiry worker, through the
+ *		slot's mailbox in shared memory (shmem.c): the deadline of a term
+ *		that begins, or of a renewal that moves the expiry earlier, posted
+ *		when the transaction commits (before, the worker could not read the
+ *		term); and a session that ended without ending its bound terms,
+ *		posted at once.
+ *
+ *		The deadlines wait in a list of this file's own, in
+ *		TopTransactionContext, dropped with a subtransaction that aborts.
+ *		Posting them at commit allocates nothing.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "hoplock.h"
+#include "compat.h"
+#include "shmem.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+typedef struct PendingDeadline
+{
+	struct PendingDeadline *next;
+	int			nest_level;		/* subtransaction that queued it */
+	HlMessage	msg;
+} PendingDeadline;
+
+/* Newest first, in TopTransactionContext */
+static PendingDeadline *pending = NULL;
+
+static void
+fill_name(HlMessage *msg, text *name)
+{
+	msg->namelen = Min(VARSIZE_ANY_EXHDR(name), HL_MAX_NAME_BYTES);
+	memcpy(msg->name, VARDATA_ANY(name), msg->namelen);
+}
+
+/* Tell the worker of "name"'s new deadline once this transaction commits. */
+void
+hl_post_deadline_at_commit(text *name, TimestampTz expires_at)
+{
+	PendingDeadline *item;
+
+	if (hl_shared == NULL)
+		return;
+	item = MemoryContextAllocZero(TopTransactionContext,
+								  sizeof(PendingDeadline));
+	item->msg.kind = HL_MSG_DEADLINE;
+	item->msg.expires_at = expires_at;
+	fill_name(&item->msg, name);
+	item->nest_level = GetCurrentTransactionNestLevel();
+	item->next = pending;
+	pending = item;
+}
+
+/* Tell the worker that session (pid, start) ended with "name" bound to it. */
+void
+hl_post_session_end(text *name, int32 pid, TimestampTz start)
+{
+	HlMessage	msg;
+
+	if (hl_shared == NULL)
+		return;
+	memset(&msg, 0, offsetof(HlMessage, name));
+	msg.kind = HL_MSG_SESSION_END;
+	msg.session_pid = pid;
+	msg.session_start = start;
+	fill_name(&msg, name);
+	hl_post(MyDatabaseId, &msg);
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			for (PendingDeadline *item = pending; item != NULL; item = item->next)
+				hl_post(MyDatabaseId, &item->msg);
+			pending = NULL;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			pending = NULL;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		while (pending != NULL && pending->nest_level >= level)
+			pending = pending->next;
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		for (PendingDeadline *item = pending;
+			 item != NULL && item->nest_level >= level; item = item->next)
+			item->nest_level = level - 1;
+	}
+}
+
+void
+hl_mailbox_init(void)
+{
+	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
+}

@@ -1,0 +1,153 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *		hoplock's shared memory (shmem.c): one slot per served database,
+ *		with its worker's latch, state, statistics and mailbox; the
+ *		launcher's latch and requests; the registry of sessions that bound
+ *		terms; and the condition variables hoplock_wait sleeps on.
+ *		Present only when hoplock is in shared_preload_libraries:
+ *		hl_shared is NULL otherwise, and every caller copes.
+ *
+ *		Locking (LWLocks of the tranche "hoplock"):
+ *		- hl_shared->lock: slot allocation (every slot's dboid and
+ *		  generation) and the launcher's fields;
+ *		- slot->lock: the rest of the slot, its mailbox included.
+ *		A process may take a slot's lock while holding hl_shared->lock,
+ *		never the other way round.  The session registry is a plain array
+ *		of atomics, one per PGPROC, written only by its own backend.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef HOPLOCK_SHMEM_H
+#define HOPLOCK_SHMEM_H
+
+#include "hoplock.h"
+
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+
+#define HL_WAIT_BUCKETS		1024
+#define HL_MAX_REQUESTS		16
+
+typedef enum HlMessageKind
+{
+	HL_MSG_DEADLINE = 1,		/* a term begins or moves its expiry earlier */
+	HL_MSG_SESSION_END			/* a session ended, its bound term did not */
+} HlMessageKind;
+
+typedef struct HlMessage
+{
+	TimestampTz expires_at;		/* DEADLINE */
+	TimestampTz session_start;	/* SESSION_END */
+	int32		session_pid;	/* SESSION_END */
+	uint8		kind;
+	uint16		namelen;
+	char		name[HL_MAX_NAME_BYTES];
+} HlMessage;
+
+typedef enum HlWorkerState
+{
+	WORKER_FREE = 0,			/* slot unused */
+	WORKER_STARTING,			/* launcher registered it */
+	WORKER_SCANNING,			/* reading the lease table */
+	WORKER_ANNOUNCING,			/* ending lapsed terms */
+	WORKER_SLEEPING,			/* waiting for the next expiry */
+	WORKER_FAILING,				/* waiting to retry after an error */
+	WORKER_ABSENT,				/* exited: hoplock is not installed */
+	WORKER_STOPPED				/* exited: asked to stop */
+} HlWorkerState;
+
+typedef enum HlStopReason
+{
+	STOP_NONE = 0,
+	STOP_EXTENSION_DROPPED,
+	STOP_DATABASE_BUSY,			/* being dropped, copied, renamed or moved:
+								 * it must have no sessions */
+	STOP_NOT_WANTED				/* hoplock.databases no longer lists it */
+} HlStopReason;
+
+/* What a worker reports of itself, for hoplock_workers */
+typedef struct HlWorkerStats
+{
+	TimestampTz started_at;
+	TimestampTz last_wakeup;
+	TimestampTz next_expiry;
+	int64		tracked;
+	int64		announced;
+	int64		last_lag;		/* microseconds */
+	int64		terminated;		/* sessions ended for holding up a lapsed
+								 * term */
+} HlWorkerStats;
+
+typedef struct HlDbSlot
+{
+	LWLock	   *lock;			/* protects the fields below but dboid and
+								 * generation */
+	Oid			dboid;			/* under hl_shared->lock; 0: free */
+	uint32		generation;		/* of the worker started in it last; under
+								 * hl_shared->lock */
+	HlWorkerState state;
+	pid_t		pid;
+	Latch	   *latch;
+	HlStopReason stop;
+	TimestampTz stop_requested_at;
+	pid_t		busy_pid;		/* the backend running a statement that
+								 * needs the database alone */
+	TimestampTz next_wakeup;	/* 0 while awake: it drains before sleeping */
+	bool		overflowed;
+	uint64		head;			/* mailbox: messages [tail, head) */
+	uint64		tail;
+	HlMessage  *ring;
+	HlWorkerStats stats;
+} HlDbSlot;
+
+typedef struct HlShared
+{
+	LWLock	   *lock;			/* slot allocation, launcher fields */
+	uint64		incarnation;	/* new at every start of shared memory */
+	pid_t		launcher_pid;
+	Latch	   *launcher_latch;
+	bool		rescan_all;
+	int			nrequests;
+	Oid			requests[HL_MAX_REQUESTS];	/* databases that just got the
+											 * extension */
+	int			nslots;
+	int			queue_size;
+	int			nprocs;			/* entries of sessions[] */
+	pg_atomic_uint64 *sessions; /* per PGPROC: start time of a backend that
+								 * bound a term, 0 otherwise */
+	ConditionVariable waitcv[HL_WAIT_BUCKETS];
+	HlDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
+} HlShared;
+
+extern HlShared *hl_shared;
+
+/* What the launcher hands a worker in bgw_extra */
+typedef struct HlWorkerArg
+{
+	Oid			dboid;
+	uint32		generation;		/* must match its slot's */
+	uint64		incarnation;	/* must match hl_shared's */
+} HlWorkerArg;
+
+extern void hl_shmem_init(void);
+extern HlDbSlot *hl_slot_for(Oid dboid);
+extern void hl_slot_reset(HlDbSlot *slot);
+extern void hl_post(Oid dboid, const HlMessage *msg);
+extern bool hl_take(HlDbSlot *slot, HlMessage *msg, bool *overflowed);
+extern bool hl_mailbox_empty(HlDbSlot *slot);
+extern ConditionVariable *hl_wait_cv(text *name);
+extern void hl_wake_launcher(Oid dboid);
+extern void hl_stop_worker(Oid dboid, HlStopReason reason);
+extern void hl_session_register(void);
+extern void hl_session_unregister(void);
+extern bool hl_session_alive(int32 pid, TimestampTz start);
+
+/* mailbox.c: deadlines posted when the transaction that set them commits */
+extern void hl_post_deadline_at_commit(text *name, TimestampTz expires_at);
+extern void hl_post_session_end(text *name, int32 pid, TimestampTz start);
+extern void hl_mailbox_init(void);
+
+#endif							/* HOPLOCK_SHMEM_H */
