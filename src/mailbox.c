@@ -10,7 +10,10 @@
  *
  *		The deadlines wait in a list of this file's own, in
  *		TopTransactionContext, dropped with a subtransaction that aborts.
- *		Posting them at commit allocates nothing.
+ *		Posting them at commit allocates nothing.  A transaction that began
+ *		more than COALESCE_AT terms posts one message instead, asking the
+ *		worker to read the table again: so one big transaction cannot fill
+ *		the mailbox and crowd out the deadlines of everyone else's terms.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,6 +36,9 @@ typedef struct PendingDeadline
 
 /* Newest first, in TopTransactionContext */
 static PendingDeadline *pending = NULL;
+
+/* More deadlines than this in one transaction: one "read again" instead */
+#define COALESCE_AT		64
 
 static void
 fill_name(HlMessage *msg, text *name)
@@ -82,10 +88,29 @@ xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			for (PendingDeadline *item = pending; item != NULL; item = item->next)
-				hl_post(MyDatabaseId, &item->msg);
-			pending = NULL;
-			break;
+			{
+				int			n = 0;
+				HlMessage	again;
+
+				for (PendingDeadline *item = pending; item != NULL; item = item->next)
+					n++;
+				if (n <= COALESCE_AT)
+				{
+					for (PendingDeadline *item = pending; item != NULL; item = item->next)
+						hl_post(MyDatabaseId, &item->msg);
+				}
+				else
+				{
+					memset(&again, 0, offsetof(HlMessage, name));
+					again.kind = HL_MSG_READ_AGAIN;
+					again.expires_at = DT_NOEND;
+					for (PendingDeadline *item = pending; item != NULL; item = item->next)
+						again.expires_at = Min(again.expires_at, item->msg.expires_at);
+					hl_post(MyDatabaseId, &again);
+				}
+				pending = NULL;
+				break;
+			}
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:

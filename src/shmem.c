@@ -213,7 +213,7 @@ hl_post(Oid dboid, const HlMessage *msg)
 		else
 			memcpy(&slot->ring[slot->head++ % hl_shared->queue_size], msg,
 				   offsetof(HlMessage, name) + msg->namelen);
-		if (msg->kind == HL_MSG_SESSION_END ||
+		if (msg->kind != HL_MSG_DEADLINE ||
 			msg->expires_at < slot->next_wakeup || slot->overflowed)
 			latch = slot->latch;
 	}

@@ -34,7 +34,10 @@
 typedef enum HlMessageKind
 {
 	HL_MSG_DEADLINE = 1,		/* a term begins or moves its expiry earlier */
-	HL_MSG_SESSION_END			/* a session ended, its bound term did not */
+	HL_MSG_SESSION_END,			/* a session ended, its bound term did not */
+	HL_MSG_READ_AGAIN			/* a transaction began many terms, the
+								 * first lapsing at expires_at: read the
+								 * table again */
 } HlMessageKind;
 
 typedef struct HlMessage

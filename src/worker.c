@@ -273,12 +273,22 @@ apply_messages(HlMessage *msgs, int n)
 {
 	for (int i = 0; i < n; i++)
 	{
-		if (msgs[i].kind == HL_MSG_DEADLINE)
-			hl_schedule_add(schedule, msgs[i].name, msgs[i].namelen,
-							msgs[i].expires_at);
-		else
-			remember_session_end(msgs[i].name, msgs[i].namelen,
-								 msgs[i].session_pid, msgs[i].session_start);
+		switch (msgs[i].kind)
+		{
+			case HL_MSG_DEADLINE:
+				hl_schedule_add(schedule, msgs[i].name, msgs[i].namelen,
+								msgs[i].expires_at);
+				break;
+			case HL_MSG_SESSION_END:
+				remember_session_end(msgs[i].name, msgs[i].namelen,
+									 msgs[i].session_pid,
+									 msgs[i].session_start);
+				break;
+			case HL_MSG_READ_AGAIN:
+				/* read before taking the round's snapshot: the pass sees them */
+				pass_wanted = true;
+				break;
+		}
 	}
 }
 
@@ -492,6 +502,7 @@ run_round(bool *gone, TimestampTz *next_session)
 			hl_floor_refresh();
 			floor_refreshed = true;
 		}
+		apply_messages(msgs, nmsgs);
 		if (!in_pass && (pass_wanted || horizon_reached(GetCurrentTimestamp())))
 		{
 			in_pass = true;
@@ -503,7 +514,6 @@ run_round(bool *gone, TimestampTz *next_session)
 		}
 		if (in_pass)
 			pass_round();
-		apply_messages(msgs, nmsgs);
 
 		set_state(WORKER_ANNOUNCING);
 		now = GetCurrentTimestamp();
@@ -514,7 +524,7 @@ run_round(bool *gone, TimestampTz *next_session)
 			look_at(name, namelen, &announced, &lag);
 			n++;
 		}
-		more = (n == BATCH) || in_pass;
+		more = (n == BATCH) || in_pass || pass_wanted;
 		if (hash_get_num_entries(session_ends) > 0)
 			*next_session = end_sessions();
 	}

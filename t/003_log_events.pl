@@ -1,10 +1,12 @@
 # hoplock.log_events: every event becomes a server log line, written when
-# the transaction commits and never for one that rolls back.
+# the transaction commits and never for one that rolls back; names and
+# owners are quoted as JSON strings, so none can forge a line.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use JSON::PP;
 
 my $node = PostgreSQL::Test::Cluster->new('main');
 $node->init;
@@ -43,6 +45,19 @@ is_deeply(
 		'hoplock: lease "logged" acquired, generation 2, owner "host-c:3"',
 	],
 	'one line per committed event, none for rolled-back ones, in order');
+
+# Names and owners are written as JSON strings: an owner full of quotes
+# cannot forge more of the line than itself.
+$offset = -s $node->logfile;
+my $forger = 'x", generation 99, owner "y';
+$node->safe_psql('postgres', qq{SELECT hoplock_acquire('forge', '$forger', '1 h')});
+$log = slurp_file($node->logfile, $offset);
+my ($line) = ($log =~ /(hoplock: lease "forge" .*)$/m);
+like($line,
+	qr/^hoplock: lease "forge" acquired, generation 1, owner "x\\", generation 99, owner \\"y", expires at /,
+	'a forged owner stays one quoted, escaped string');
+my ($quoted) = ($line =~ /owner ("(?:[^"\\]|\\.)*"), expires at/);
+is(JSON::PP->new->allow_nonref->decode($quoted), $forger, 'which decodes to the owner given');
 
 # Only superusers may turn it off for their session; it is on here.
 $offset = -s $node->logfile;

@@ -1,0 +1,231 @@
+# What an ordinary role (sometimes owning a database, never a superuser)
+# cannot do to hoplock or to another role's leases: crash the server with a
+# planted table, disturb a victim's fences and terms with calls that fail
+# for lack of rights, make the worker spin, or delay expiries by
+# overflowing the worker's mailbox; and names in SQL_ASCII and LATIN1
+# databases are checked as Unicode.
+use strict;
+use warnings;
+use lib 't/lib';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use Hoplock::Listener;
+
+my $node = PostgreSQL::Test::Cluster->new('attacks');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'hoplock'
+restart_after_crash = on
+});
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION hoplock;
+	CREATE ROLE victim LOGIN;
+	CREATE ROLE mallory LOGIN;
+	CREATE DATABASE mallorydb OWNER mallory;
+});
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_workers WHERE datname = 'postgres' AND state = 'sleeping'})
+  or die 'no worker';
+
+sub cpu_ticks
+{
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/stat" or return 0;
+	my @f = split / /, <$fh>;
+	return $f[13] + $f[14];
+}
+
+# --- A planted table in a database without hoplock ------------------------------
+$node->safe_psql('mallorydb', q{
+	CREATE SCHEMA hoplock_internal;
+	CREATE TABLE hoplock_internal.lease (
+	    name text, state "char", owner text, owner_role name, generation bigint,
+	    acquired_at timestamptz, renewed_at timestamptz, expires_at timestamptz,
+	    session_pid integer, session_start timestamptz, owner_roleid oid);
+	INSERT INTO hoplock_internal.lease VALUES
+	    ('x', 'h', NULL, NULL, NULL, NULL, NULL, now(), 1, NULL, NULL),
+	    (NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+}, extra_params => [ '-U', 'mallory' ]);
+my $log_offset = -s $node->logfile;
+# every way of making the launcher look at databases again
+$node->safe_psql('postgres', 'CREATE DATABASE woken');
+$node->reload;
+$node->restart;
+sleep 3;
+my $log = slurp_file($node->logfile, $log_offset);
+unlike($log, qr/terminated by signal|all server processes terminated/,
+	'a planted table in a database without the extension crashes nothing');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM hoplock_workers WHERE datname = 'mallorydb'}),
+	'0', 'and that database is not served');
+my ($ret, $out, $err) = $node->psql('mallorydb', q{SELECT 1 FROM pg_proc WHERE proname = 'hoplock_acquire'});
+is($out, '', 'nothing was installed there');
+
+# --- Calls that fail for lack of rights take no lock ------------------------------
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_workers WHERE datname = 'postgres' AND state = 'sleeping'})
+  or die 'no worker';
+$node->safe_psql('postgres', q{
+	CREATE TABLE outcomes (who text, what text, ok int, failed int);
+	GRANT INSERT ON outcomes TO victim, mallory;
+	CREATE PROCEDURE fence_loop(lease text, seconds float) LANGUAGE plpgsql AS $$
+	DECLARE
+		g bigint;
+		ok int := 0;
+		failed int := 0;
+		stop timestamptz := clock_timestamp() + seconds * interval '1 s';
+	BEGIN
+		SELECT generation INTO g FROM hoplock_read(lease);
+		WHILE clock_timestamp() < stop LOOP
+			BEGIN
+				PERFORM hoplock_fence(lease, g);
+				ok := ok + 1;
+			EXCEPTION WHEN lock_not_available THEN
+				failed := failed + 1;
+			END;
+			COMMIT;
+		END LOOP;
+		INSERT INTO outcomes VALUES (current_user, 'fence', ok, failed);
+		COMMIT;
+	END $$;
+	CREATE PROCEDURE cycle_loop(lease text, seconds float) LANGUAGE plpgsql AS $$
+	DECLARE
+		ok int := 0;
+		failed int := 0;
+		stop timestamptz := clock_timestamp() + seconds * interval '1 s';
+	BEGIN
+		WHILE clock_timestamp() < stop LOOP
+			IF hoplock_acquire(lease, 'v', '1 h') IS NOT NULL
+			   AND hoplock_release(lease, 'v') THEN
+				ok := ok + 1;
+			ELSE
+				failed := failed + 1;
+			END IF;
+			COMMIT;
+		END LOOP;
+		INSERT INTO outcomes VALUES (current_user, 'cycle', ok, failed);
+		COMMIT;
+	END $$;
+	CREATE PROCEDURE attack_loop(lease text, owner text, seconds float) LANGUAGE plpgsql AS $$
+	DECLARE
+		denied int := 0;
+		stop timestamptz := clock_timestamp() + seconds * interval '1 s';
+	BEGIN
+		WHILE clock_timestamp() < stop LOOP
+			BEGIN
+				PERFORM hoplock_release(lease, owner);
+			EXCEPTION WHEN insufficient_privilege THEN
+				denied := denied + 1;
+			END;
+			BEGIN
+				PERFORM hoplock_fence(lease, coalesce((SELECT generation FROM hoplock_read(lease)), 1));
+			EXCEPTION WHEN insufficient_privilege OR lock_not_available THEN
+				denied := denied + 1;
+			END;
+			COMMIT;
+		END LOOP;
+		INSERT INTO outcomes VALUES (current_user, 'attack', 0, denied);
+		COMMIT;
+	END $$;
+	GRANT EXECUTE ON PROCEDURE fence_loop(text, float), cycle_loop(text, float),
+	      attack_loop(text, text, float) TO victim, mallory;
+});
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('fenced', 'v', '1 h')},
+	extra_params => [ '-U', 'victim' ]);
+my @attackers = map { $node->background_psql('postgres', extra_params => [ '-U', 'mallory' ]) } 1 .. 2;
+$_->query_until(qr/started/, "\\echo started\nCALL attack_loop('fenced', 'v', 4);\nCALL attack_loop('cycled', 'v', 4);\n")
+  foreach @attackers;
+my $fencer = $node->background_psql('postgres', extra_params => [ '-U', 'victim' ]);
+$fencer->query_safe(q{CALL fence_loop('fenced', 3)});
+my $cycler = $node->background_psql('postgres', extra_params => [ '-U', 'victim' ]);
+$cycler->query_safe(q{CALL cycle_loop('cycled', 3)});
+$_->quit foreach (@attackers, $fencer, $cycler);
+my %r = map { my @c = split /\|/; ("$c[0]/$c[1]" => [ $c[2], $c[3] ]) }
+  split /\n/, $node->safe_psql('postgres',
+	q{SELECT who, what, sum(ok), sum(failed) FROM outcomes GROUP BY who, what});
+cmp_ok($r{'mallory/attack'}[1], '>', 100, "the attackers' calls were refused ($r{'mallory/attack'}[1] times)");
+is($r{'victim/fence'}[1], 0, "none of the victim's $r{'victim/fence'}[0] fences failed meanwhile");
+is($r{'victim/cycle'}[1], 0, "none of the victim's $r{'victim/cycle'}[0] acquire/release cycles failed");
+
+# --- Session-bound terms of a dead session, held busy: no spin -------------------
+$node->safe_psql('postgres', q{SELECT hoplock_force_release(name) FROM hoplock_leases});
+my $holder = $node->background_psql('postgres');
+$holder->query_safe(q{SELECT count(hoplock_acquire('bound-' || i, 'b', '1 h', session_bound => true)) FROM generate_series(1, 600) AS i});
+my $blocker = $node->background_psql('postgres');
+$blocker->query_safe('BEGIN');
+$blocker->query_safe(q{SELECT count(hoplock_renew('bound-' || i, 'b', '1 h')) FROM generate_series(1, 600) AS i});
+$holder->quit;    # its exit cannot end the terms: they are being renewed
+sleep 1;
+my $wpid = $node->safe_psql('postgres', q{SELECT pid FROM hoplock_workers WHERE datname = 'postgres'});
+my $before = cpu_ticks($wpid);
+sleep 5;
+my $used = cpu_ticks($wpid) - $before;
+cmp_ok($used, '<', 50, "the worker keeps trying, without spinning ($used CPU ticks in 5 s)");
+$blocker->query_safe('ROLLBACK');
+$blocker->quit;
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 0 FROM hoplock_leases WHERE name LIKE 'bound-%'})
+  or die 'the terms of the dead session were never ended';
+pass('once the renewals roll back, the worker ends the dead session\'s terms');
+
+# --- Transactions that each begin more terms than the mailbox holds -------------
+# (the announcement lag is measured in the server, from the lease row: a
+# listener would itself be slowed down by the flood of "acquired" events)
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION announced_after(n text) RETURNS float LANGUAGE plpgsql AS $$
+	BEGIN
+		LOOP
+			IF (SELECT state FROM hoplock_internal.lease WHERE name = n) = 'x' THEN
+				RETURN extract(epoch FROM clock_timestamp()
+				               - (SELECT expires_at FROM hoplock_internal.lease WHERE name = n));
+			END IF;
+			PERFORM pg_sleep(0.002);
+		END LOOP;
+	END $$;
+});
+my $flooder = $node->background_psql('postgres', extra_params => [ '-U', 'mallory' ]);
+$flooder->query_until(qr/flooding/, q{
+	\echo flooding
+	DO $$
+	BEGIN
+		FOR round IN 1..15 LOOP
+			PERFORM hoplock_acquire('flood-' || round || '-' || i, 'm', '1 h')
+			  FROM generate_series(1, 1100) AS i;
+			COMMIT;
+		END LOOP;
+	END $$;
+});
+my @lags;
+for my $i (1 .. 10)
+{
+	push @lags, $node->safe_psql('postgres', qq{
+		SELECT hoplock_acquire('probe-$i', 'p', '200 ms') IS NOT NULL;
+		SELECT announced_after('probe-$i');
+	}) =~ /([-\d.e]+)$/;
+}
+my $worst = (sort { $b <=> $a } @lags)[0] // 99;
+is(scalar(@lags), 10, 'every probe lease was announced while the mailbox overflowed');
+cmp_ok($worst, '<', 0.25, sprintf('within %.0f ms of its expiry at worst', $worst * 1000));
+$flooder->quit;
+
+# --- Names are judged as Unicode whatever the database encoding ------------------
+$node->safe_psql('postgres', q{
+	CREATE DATABASE latin1db ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
+	CREATE DATABASE asciidb ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
+});
+$node->safe_psql($_, 'CREATE EXTENSION hoplock') foreach ('latin1db', 'asciidb');
+($ret, $out, $err) = $node->psql('latin1db',
+	q{SET client_encoding = 'LATIN1'; SELECT hoplock_acquire(E'a\x85b', 'o', '1 h')});
+like($err, qr/must not contain control characters/, 'LATIN1: a C1 control character (0x85) is refused');
+($ret, $out, $err) = $node->psql('latin1db',
+	q{SET client_encoding = 'LATIN1'; SELECT generation FROM hoplock_acquire(E'caf\xe9', 'o', '1 h')});
+is($out, '1', 'LATIN1: an accented letter is a name like any other');
+($ret, $out, $err) = $node->psql('asciidb', q{SELECT hoplock_acquire(E'a\xffb', 'o', '1 h')});
+like($err, qr/must be valid UTF-8/, 'SQL_ASCII: a name that is not valid UTF-8 is refused');
+($ret, $out, $err) = $node->psql('asciidb', q{SELECT hoplock_acquire(E'a\xc2\x9bb', 'o', '1 h')});
+like($err, qr/must not contain control characters/, 'SQL_ASCII: a C1 control character in UTF-8 is refused');
+
+$node->stop;
+done_testing();
