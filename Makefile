@@ -6,6 +6,7 @@ OBJS = \
 	src/dbhooks.o \
 	src/events.o \
 	src/fence.o \
+	src/fenced.o \
 	src/floor.o \
 	src/functions.o \
 	src/guc.o \
@@ -37,6 +38,7 @@ REGRESS = \
 	release \
 	holder \
 	fence \
+	fenced \
 	cas \
 	wait \
 	leases_view \
@@ -63,6 +65,7 @@ ISOLATION = \
 	table_lock \
 	wait_wakeups \
 	renew_table_busy \
+	fenced_writes \
 	reindex_concurrently
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 

@@ -67,3 +67,14 @@ CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
       FROM hoplock_internal.lease AS l
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
      WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
+
+-- A trigger function for users' own tables: a row written with a
+-- generation other than the term that holds the lease now is rejected
+-- (55P03), under the same lock as hoplock_fence.
+CREATE FUNCTION @extschema@.hoplock_fenced()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'hoplock_fenced'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_fenced() IS
+    'trigger: hoplock_fenced(lease, generation_column) rejects rows whose generation does not hold the lease now';

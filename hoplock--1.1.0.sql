@@ -180,6 +180,17 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.hoplock_delete(text, text) IS
     'compare-and-swap: end the term only if the lease''s handle is still the given one';
 
+-- A trigger function for users' own tables: a row written with a
+-- generation other than the term that holds the lease now is rejected
+-- (55P03), under the same lock as hoplock_fence.
+CREATE FUNCTION @extschema@.hoplock_fenced()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'hoplock_fenced'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_fenced() IS
+    'trigger: hoplock_fenced(lease, generation_column) rejects rows whose generation does not hold the lease now';
+
 -- The pid of a transaction that holds the lease up: one with an open fence
 -- of its term, or with an uncommitted change of it.  NULL if there is none.
 CREATE FUNCTION hoplock_internal.blocker(name text)

@@ -161,6 +161,17 @@ hl_vxid_pid(VirtualTransactionId vxid)
 	return proc->pid;
 }
 
+/* This backend's local transaction ID (PostgreSQL 17 moved it). */
+static inline LocalTransactionId
+hl_my_lxid(void)
+{
+#if PG_VERSION_NUM >= 170000
+	return MyProc->vxid.lxid;
+#else
+	return MyProc->lxid;
+#endif
+}
+
 /* SHA-256 of "len" bytes at "data" into "digest". */
 static inline void
 hl_sha256(const uint8 *data, size_t len, uint8 digest[PG_SHA256_DIGEST_LENGTH])

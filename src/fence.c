@@ -36,6 +36,20 @@
 /* This transaction holds a fence */
 static bool fenced = false;
 
+/*
+ * The fences this transaction holds, for hl_fence_once(): (name,
+ * generation), in TopTransactionContext.  Forgotten when a subtransaction
+ * aborts (its fences with it, maybe) and when the transaction ends.
+ */
+typedef struct HeldFence
+{
+	struct HeldFence *next;
+	int64		generation;
+	text	   *name;
+} HeldFence;
+
+static HeldFence *held = NULL;
+
 /* ... taken outside a transaction block */
 static bool fenced_outside_block = false;
 
@@ -127,6 +141,40 @@ hl_fence(text *name, int64 generation)
 	check_fence(name, generation);
 }
 
+/*
+ * hoplock_fence once per transaction, lease and generation (the trigger
+ * hoplock_fenced calls it for every row it checks).
+ */
+void
+hl_fence_once(text *name, int64 generation)
+{
+	MemoryContext old;
+	HeldFence  *item;
+
+	for (item = held; item != NULL; item = item->next)
+	{
+		if (item->generation == generation && hl_text_equal(item->name, name))
+			return;
+	}
+	hl_fence(name, generation);
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	item = palloc(sizeof(HeldFence));
+	item->generation = generation;
+	item->name = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(name));
+	item->next = held;
+	held = item;
+	MemoryContextSwitchTo(old);
+}
+
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
+{
+	/* its fences may be gone with it: check again next time */
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		held = NULL;
+}
+
 static void
 xact_callback(XactEvent event, void *arg)
 {
@@ -157,6 +205,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			fenced = fenced_outside_block = false;
+			held = NULL;
 			break;
 		default:
 			break;
@@ -167,4 +216,5 @@ void
 hl_fence_init(void)
 {
 	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
 }

@@ -159,6 +159,7 @@ extern void hl_prevent_write(const char *fn);
  * ---------------------------------------------------------------------
  */
 extern void hl_fence(text *name, int64 generation);
+extern void hl_fence_once(text *name, int64 generation);
 extern void hl_fence_init(void);
 
 /* ---------------------------------------------------------------------

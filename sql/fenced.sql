@@ -1,0 +1,110 @@
+-- fenced: the trigger function hoplock_fenced(lease, generation_column)
+-- rejects, inside the writer's transaction, any row written with a
+-- generation other than the term that holds the lease now (55P03), and
+-- takes the same lock as hoplock_fence -- once per transaction, lease and
+-- generation.  Inserts and updates check the new row, deletes the old one.
+
+CREATE TABLE fw (id int PRIMARY KEY, payload text, generation bigint);
+CREATE TRIGGER fw_fenced BEFORE INSERT OR UPDATE OR DELETE ON fw
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease', 'generation');
+
+SELECT show(hoplock_acquire('fw-lease', 'leader-1', '1 h'));
+
+-- The leader's rows, stamped with its generation, go through: one row, and
+-- a bulk insert (its own transaction, autocommit).
+INSERT INTO fw VALUES (1, 'one', 1);
+INSERT INTO fw SELECT i, 'bulk', 1 FROM generate_series(2, 1000) AS i;
+UPDATE fw SET payload = 'updated' WHERE id = 2;
+
+-- Rows claiming another generation: 55P03, and the statement rolls back.
+INSERT INTO fw VALUES (1001, 'future', 2);
+\echo :LAST_ERROR_SQLSTATE
+UPDATE fw SET payload = 'x', generation = 2 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO fw SELECT i, 'mixed', CASE WHEN i < 1500 THEN 1 ELSE 2 END
+  FROM generate_series(1001, 2000) AS i;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM fw;
+
+-- The writer's transaction holds the fence, as hoplock_fence would: one
+-- shared term lock, however many rows.
+BEGIN;
+INSERT INTO fw SELECT i, 'in a transaction', 1 FROM generate_series(1001, 1100) AS i;
+SELECT locktype, mode, objsubid, count(*)
+  FROM pg_locks
+ WHERE pid = pg_backend_pid() AND locktype = 'advisory'
+ GROUP BY 1, 2, 3;
+COMMIT;
+
+-- A new term: the old leader's writes are rejected, whether it inserts,
+-- updates or deletes; the new leader stamps old rows to take them over.
+SELECT hoplock_force_release('fw-lease');
+SELECT show(hoplock_acquire('fw-lease', 'leader-2', '1 h'));
+INSERT INTO fw VALUES (3001, 'zombie', 1);
+\echo :LAST_ERROR_SQLSTATE
+UPDATE fw SET payload = 'zombie' WHERE id = 3;
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM fw WHERE id = 3;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE fw SET generation = 2 WHERE id = 3;
+DELETE FROM fw WHERE id = 3;
+SELECT generation, count(*) FROM fw GROUP BY 1 ORDER BY 1;
+
+-- A lapsed term's rows are rejected too.
+SELECT show(hoplock_acquire('fw-short', 'a', '50 ms'));
+CREATE TABLE fw_short (g int);
+CREATE TRIGGER fw_short_fenced BEFORE INSERT ON fw_short
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-short', 'g');
+INSERT INTO fw_short VALUES (1);
+SELECT pg_sleep(0.1);
+\set VERBOSITY terse
+INSERT INTO fw_short VALUES (1);
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+
+-- A null generation: 22004.
+INSERT INTO fw VALUES (4001, 'no generation', NULL);
+\echo :LAST_ERROR_SQLSTATE
+
+-- Triggers set up wrong: each call says what is wrong.
+CREATE TABLE fw_bad (id int, generation text);
+CREATE TRIGGER fw_bad_column BEFORE INSERT ON fw_bad
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease', 'no_such_column');
+INSERT INTO fw_bad VALUES (1, '2');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fw_bad_column ON fw_bad;
+CREATE TRIGGER fw_bad_type BEFORE INSERT ON fw_bad
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease', 'generation');
+INSERT INTO fw_bad VALUES (1, '2');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fw_bad_type ON fw_bad;
+CREATE TRIGGER fw_bad_args BEFORE INSERT ON fw_bad
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease');
+INSERT INTO fw_bad VALUES (1, '2');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fw_bad_args ON fw_bad;
+CREATE TRIGGER fw_bad_name BEFORE INSERT ON fw_bad
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('', 'id');
+INSERT INTO fw_bad VALUES (1, '2');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fw_bad_name ON fw_bad;
+CREATE TRIGGER fw_bad_level BEFORE INSERT ON fw_bad
+    FOR EACH STATEMENT EXECUTE FUNCTION hoplock_fenced('fw-lease', 'id');
+INSERT INTO fw_bad VALUES (1, '2');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fw_bad_level ON fw_bad;
+SELECT hoplock_fenced();
+\echo :LAST_ERROR_SQLSTATE
+
+-- Only members of the role that holds the term may write under it.
+CREATE ROLE regress_hoplock_intruder;
+GRANT ALL ON fw TO regress_hoplock_intruder;
+SET ROLE regress_hoplock_intruder;
+INSERT INTO fw VALUES (5001, 'intruder', 2);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+REVOKE ALL ON fw FROM regress_hoplock_intruder;
+DROP ROLE regress_hoplock_intruder;
+
+DROP TABLE fw, fw_short, fw_bad;
+SELECT hoplock_release('fw-lease', 'leader-2');

@@ -1,0 +1,167 @@
+/*-------------------------------------------------------------------------
+ *
+ * fenced.c
+ *		hoplock_fenced(lease, generation_column): a trigger function for
+ *		users' own tables that rejects, inside the writer's transaction, any
+ *		row written with a generation other than the term that holds the
+ *		lease now (55P03, as hoplock_fence), and takes the same lock as
+ *		hoplock_fence, so a stale leader's write aborts even if it never
+ *		called the fence itself:
+ *
+ *		CREATE TRIGGER invoices_fenced
+ *		    BEFORE INSERT OR UPDATE OR DELETE ON invoices
+ *		    FOR EACH ROW EXECUTE FUNCTION
+ *		        hoplock.hoplock_fenced('billing-scheduler', 'generation');
+ *
+ *		An insert or update checks the new row's generation, a delete the
+ *		old row's.  The writer stamps each row with its own generation.
+ *
+ *		Cheap enough for bulk writes: the fence is taken once per
+ *		transaction, lease and generation (fence.c remembers it), and a
+ *		statement remembers the last generation it saw fenced, so most rows
+ *		cost one column fetch and a comparison.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "hoplock.h"
+#include "compat.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+PG_FUNCTION_INFO_V1(hoplock_fenced);
+
+/* What a trigger call remembers for the rest of its statement (fn_extra) */
+typedef struct FencedState
+{
+	Oid			relid;			/* the table, to notice a reuse */
+	AttrNumber	attnum;			/* of the generation column */
+	Oid			atttype;		/* int2, int4 or int8 */
+	text	   *lease;			/* the lease name, checked */
+	LocalTransactionId lxid;	/* the transaction "fenced" belongs to */
+	bool		fenced;
+	int64		generation;		/* fenced in that transaction */
+} FencedState;
+
+static FencedState *
+fenced_state(FunctionCallInfo fcinfo, TriggerData *trigdata)
+{
+	FencedState *state = (FencedState *) fcinfo->flinfo->fn_extra;
+	Relation	rel = trigdata->tg_relation;
+	Trigger    *trigger = trigdata->tg_trigger;
+	const char *colname;
+	AttrNumber	attnum;
+	Oid			atttype;
+	MemoryContext old;
+	LOCAL_FCINFO(namecall, 2);
+
+	if (state != NULL && state->relid == RelationGetRelid(rel))
+		return state;
+
+	if (trigger->tgnargs != 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("trigger \"%s\" on table \"%s\" must give hoplock_fenced two arguments",
+						trigger->tgname, RelationGetRelationName(rel)),
+				 errhint("Use hoplock_fenced('lease name', 'generation column').")));
+	colname = trigger->tgargs[1];
+	attnum = SPI_fnumber(RelationGetDescr(rel), colname);
+	if (attnum <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("column \"%s\" of table \"%s\" does not exist",
+						colname, RelationGetRelationName(rel)),
+				 errhint("The second argument of hoplock_fenced names the column that holds each row's generation.")));
+	atttype = TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid;
+	if (atttype != INT8OID && atttype != INT4OID && atttype != INT2OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("column \"%s\" of table \"%s\" is of type %s, not an integer type",
+						colname, RelationGetRelationName(rel),
+						format_type_be(atttype))));
+
+	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+	state = palloc0(sizeof(FencedState));
+	state->relid = RelationGetRelid(rel);
+	state->attnum = attnum;
+	state->atttype = atttype;
+	/* the lease name, checked as every function checks one */
+	InitFunctionCallInfoData(*namecall, NULL, 1, InvalidOid, NULL, NULL);
+	namecall->args[0].value = CStringGetTextDatum(trigger->tgargs[0]);
+	namecall->args[0].isnull = false;
+	state->lease = hl_arg_name(namecall, 0, "lease name");
+	MemoryContextSwitchTo(old);
+	fcinfo->flinfo->fn_extra = state;
+	return state;
+}
+
+Datum
+hoplock_fenced(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	FencedState *state;
+	HeapTuple	checked;
+	HeapTuple	result;
+	Datum		d;
+	bool		isnull;
+	int64		generation;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("hoplock_fenced: must be called as a trigger")));
+	if (!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("hoplock_fenced: must be fired for each row")));
+
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		checked = result = trigdata->tg_newtuple;
+	else if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		checked = result = trigdata->tg_trigtuple;
+	else if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		checked = result = trigdata->tg_trigtuple;
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("hoplock_fenced: must be fired by INSERT, UPDATE or DELETE")));
+
+	state = fenced_state(fcinfo, trigdata);
+	d = heap_getattr(checked, state->attnum,
+					 RelationGetDescr(trigdata->tg_relation), &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("a row of table \"%s\" written under lease \"%s\" has a null generation",
+						RelationGetRelationName(trigdata->tg_relation),
+						text_to_cstring(state->lease))));
+	generation = state->atttype == INT8OID ? DatumGetInt64(d) :
+		state->atttype == INT4OID ? (int64) DatumGetInt32(d) :
+		(int64) DatumGetInt16(d);
+
+	/* the common case: the generation this statement already saw fenced */
+	if (state->fenced && state->generation == generation &&
+		state->lxid == hl_my_lxid())
+		return PointerGetDatum(result);
+
+	if (generation <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease \"%s\" is not held by generation " INT64_FORMAT,
+						text_to_cstring(state->lease), generation)));
+	hl_fence_once(state->lease, generation);
+	state->fenced = true;
+	state->generation = generation;
+	state->lxid = hl_my_lxid();
+	return PointerGetDatum(result);
+}
