@@ -10,6 +10,7 @@ OBJS = \
 	src/floor.o \
 	src/functions.o \
 	src/guc.o \
+	src/history.o \
 	src/hoplock.o \
 	src/launcher.o \
 	src/lease.o \
@@ -51,7 +52,8 @@ REGRESS = \
 	hot \
 	two_phase \
 	table_integrity \
-	reinstall
+	reinstall \
+	monitoring
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
 
 ISOLATION = \
@@ -66,6 +68,7 @@ ISOLATION = \
 	wait_wakeups \
 	renew_table_busy \
 	fenced_writes \
+	events_resume \
 	reindex_concurrently
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 

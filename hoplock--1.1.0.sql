@@ -226,12 +226,14 @@ GRANT SELECT ON @extschema@.hoplock_leases TO PUBLIC;
 COMMENT ON VIEW @extschema@.hoplock_leases IS
     'one row per lease that is held or has expired without being released';
 
--- The expiry workers, one per database they serve (in every database).
+-- Every database hoplock should serve (in every database): its expiry
+-- worker, or why it has none.
 CREATE FUNCTION hoplock_internal.worker_status(
     OUT datid oid, OUT datname text, OUT pid integer, OUT state text,
     OUT leases_tracked bigint, OUT next_expiry timestamptz,
     OUT last_wakeup timestamptz, OUT expiries_announced bigint,
-    OUT last_lag interval, OUT started_at timestamptz)
+    OUT last_lag interval, OUT started_at timestamptz,
+    OUT sessions_ended bigint, OUT reason text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'hoplock_worker_status'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
@@ -242,7 +244,93 @@ CREATE VIEW @extschema@.hoplock_workers AS
 GRANT SELECT ON @extschema@.hoplock_workers TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.hoplock_workers IS
-    'the expiry workers: one row per database served';
+    'the expiry workers: one row per database hoplock should serve, with the reason when it has no worker';
+
+-- Counters of each database, kept in shared memory (not written per call).
+CREATE FUNCTION hoplock_internal.stats(
+    OUT datid oid, OUT datname text, OUT terms_begun bigint,
+    OUT contended bigint, OUT renewals bigint, OUT releases bigint,
+    OUT force_releases bigint, OUT expiries bigint, OUT waits bigint,
+    OUT wakeups bigint, OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'hoplock_stats'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW @extschema@.hoplock_stats AS
+    SELECT * FROM hoplock_internal.stats();
+
+GRANT SELECT ON @extschema@.hoplock_stats TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.hoplock_stats IS
+    'per-database counters: terms begun, contended calls, renewals, releases, force-releases, expiries announced, waits and their wake-ups';
+
+CREATE FUNCTION @extschema@.hoplock_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'hoplock_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE EXECUTE ON FUNCTION @extschema@.hoplock_stats_reset() FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.hoplock_stats_reset() IS
+    'reset this database''s counters in hoplock_stats';
+
+-- Events are numbered per database; the history keeps the terms (not the
+-- renewals) and the numbers of their first and last events, so that a
+-- client can read what it missed.  Both are kept by pg_dump.
+CREATE SEQUENCE hoplock_internal.event_seq;
+SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.event_seq', '');
+
+CREATE TABLE hoplock_internal.history (
+    name        text COLLATE "C" NOT NULL,
+    generation  bigint NOT NULL,
+    owner       text COLLATE "C" NOT NULL,
+    role        name NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    begin_seq   bigint NOT NULL,
+    ended_at    timestamptz,
+    end_seq     bigint,
+    how         text,
+    CONSTRAINT history_pkey PRIMARY KEY (name, generation)
+) WITH (fillfactor = 80, vacuum_truncate = false);
+
+COMMENT ON TABLE hoplock_internal.history IS
+    'the terms of the leases, newest hoplock.history_size kept: how each ended, and the numbers of its events';
+
+SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.history', '');
+
+CREATE VIEW @extschema@.hoplock_history WITH (security_barrier) AS
+    SELECT h.name, h.owner, h.role, h.generation, h.acquired_at, h.ended_at, h.how
+      FROM hoplock_internal.history AS h;
+
+GRANT SELECT ON @extschema@.hoplock_history TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.hoplock_history IS
+    'past and running terms: who led, from when to when, and how each term ended';
+
+-- The events after number "since", as far as every transaction that could
+-- still add one numbered below has ended: a client that resumes from the
+-- last number it saw misses nothing.
+CREATE FUNCTION @extschema@.hoplock_events(since bigint DEFAULT 0,
+    OUT seq bigint, OUT event text, OUT name text, OUT owner text,
+    OUT generation bigint, OUT at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'hoplock_events'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
+    'the events after sequence number since, from the history: acquired, released, expired';
+
+-- Forget a released or lapsed name at once (the expiry worker forgets
+-- them after hoplock.released_retention); its generations stay monotone.
+CREATE FUNCTION @extschema@.hoplock_forget(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'hoplock_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE EXECUTE ON FUNCTION @extschema@.hoplock_forget(text) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.hoplock_forget(text) IS
+    'remove the row of a released or lapsed lease; a later term of the name still gets a greater generation';
 
 -- Ask the launcher to start this database's worker once this commits.
 CREATE FUNCTION hoplock_internal.serve_this_database()

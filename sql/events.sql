@@ -114,6 +114,25 @@ SELECT show(hoplock_acquire(E'ev "q" \\ \u00e9\u4e2d', E'o\'w"n\\er', '1 h'));
 SELECT name = E'ev "q" \\ \u00e9\u4e2d' AS name_ok, owner = E'o\'w"n\\er' AS owner_ok
   FROM received();
 
+-- Every event carries its number in the database's sequence of events:
+-- increasing, and the same hoplock_events() gives for it.  A renewal's
+-- number is taken too, but renewals are not kept for hoplock_events.
+SELECT show(hoplock_acquire('ev-seq', 'a', '1 h'));
+SELECT hoplock_release('ev-seq', 'a');
+SELECT show(hoplock_acquire('ev-seq', 'b', '1 h'));
+SELECT r.payload->>'event' AS event, r.payload->>'owner' AS owner,
+       (r.payload->>'seq')::bigint = e.seq AS same_seq,
+       (r.payload->>'seq')::bigint > lag((r.payload->>'seq')::bigint, 1, 0::bigint)
+           OVER (ORDER BY (r.payload->>'seq')::bigint) AS increasing
+  FROM received_payloads() AS r
+  LEFT JOIN hoplock_events() AS e
+         ON e.name = r.payload->>'name'
+        AND e.generation = (r.payload->>'generation')::bigint
+        AND e.event = r.payload->>'event'
+ ORDER BY (r.payload->>'seq')::bigint;
+SELECT hoplock_release('ev-seq', 'b');
+SELECT count(*) FROM received();
+
 -- The channel is hoplock.channel, set for the whole server (a session
 -- cannot split a lease's stream of events).
 ALTER SYSTEM SET hoplock.channel = 'elsewhere';

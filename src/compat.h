@@ -143,6 +143,17 @@ hl_ar_update_triggers(EState *estate, ResultRelInfo *rri, ItemPointer tid,
 #endif
 }
 
+/* Queue the AFTER ROW DELETE triggers of a row deleted at "tid". */
+static inline void
+hl_ar_delete_triggers(EState *estate, ResultRelInfo *rri, ItemPointer tid)
+{
+#if PG_VERSION_NUM >= 150000
+	ExecARDeleteTriggers(estate, rri, tid, NULL, NULL, false);
+#else
+	ExecARDeleteTriggers(estate, rri, tid, NULL, NULL);
+#endif
+}
+
 /* The process holding a virtual transaction, or 0. */
 static inline int
 hl_vxid_pid(VirtualTransactionId vxid)

@@ -13,16 +13,32 @@
  *		name or owner, whatever it holds, can pass for more of the payload
  *		or of the log line than itself.
  *
+ *		Every event has a number ("seq"), from the database's sequence
+ *		hoplock_internal.event_seq: increasing, and in commit order for the
+ *		events of one lease (its term lock serializes them).  Transactions
+ *		of different leases may commit out of their numbers' order, so a
+ *		transaction publishes the first number it took, in shared memory,
+ *		until it ends: hl_event_horizon() tells a reader of the history up to
+ *		which number nothing can still appear (see hoplock_events).
+ *		Taking a number and publishing it happen under one LWLock, the
+ *		sequence being locked beforehand, so that no number is taken
+ *		without being seen.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "hoplock.h"
 #include "compat.h"
+#include "shmem.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "commands/sequence.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
@@ -40,6 +56,9 @@ typedef struct PendingLine
 /* Newest first, in TopTransactionContext */
 static PendingLine *pending_lines = NULL;
 
+/* This transaction published the first event number it took */
+static bool seq_published = false;
+
 /* An instant as JSON writes it, always in UTC */
 static void
 append_timestamp(StringInfo buf, TimestampTz ts)
@@ -53,7 +72,7 @@ append_timestamp(StringInfo buf, TimestampTz ts)
 
 /*
  * The payload:
- * {"event": "...", "name": "...", "owner": "...", "generation": N,
+ * {"seq": N, "event": "...", "name": "...", "owner": "...", "generation": N,
  *  "expires_at": "2026-01-01T00:00:00.000000+00:00"}
  *
  * expires_at is always in UTC, whatever the session's TimeZone, so that
@@ -61,12 +80,12 @@ append_timestamp(StringInfo buf, TimestampTz ts)
  */
 static char *
 build_payload(const char *event, const char *name, const char *owner,
-			  const Lease *lease)
+			  const Lease *lease, int64 seq)
 {
 	StringInfoData buf;
 
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"event\": ");
+	appendStringInfo(&buf, "{\"seq\": " INT64_FORMAT ", \"event\": ", seq);
 	escape_json(&buf, event);
 	appendStringInfoString(&buf, ", \"name\": ");
 	escape_json(&buf, name);
@@ -107,16 +126,91 @@ queue_log_line(const char *event, const char *name, const char *owner,
 	MemoryContextSwitchTo(old);
 }
 
-/* Queue one event for the lease as it stands after the change. */
-void
+/*
+ * The next event number.  Its transaction publishes the first one it takes
+ * until it ends.
+ */
+static int64
+next_seq(void)
+{
+	Oid			seqid = hl_sequence_oid("event_seq");
+	int64		seq;
+
+	/* locked now, so that nextval does not wait under the LWLock */
+	if (!hl_lock_relation_briefly(seqid, RowExclusiveLock))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not lock sequence \"hoplock_internal.event_seq\""),
+				 errhint("The call changed nothing; try it again.")));
+	if (hl_shared == NULL)
+		return nextval_internal(seqid, false);
+
+	LWLockAcquire(hl_shared->seq_lock, LW_EXCLUSIVE);
+	seq = nextval_internal(seqid, false);
+	if (!seq_published)
+	{
+		HlSeqEntry *entry = &hl_shared->seqs[hl_proc_index()];
+
+		entry->dboid = MyDatabaseId;
+		entry->first_seq = seq;
+		seq_published = true;
+	}
+	LWLockRelease(hl_shared->seq_lock);
+	return seq;
+}
+
+/*
+ * The greatest event number below which no transaction of this database
+ * that is still running took one (PG_INT64_MAX if none is running).  Read
+ * it before taking the snapshot that reads the history.
+ */
+int64
+hl_event_horizon(void)
+{
+	int64		horizon = PG_INT64_MAX;
+	int			me;
+
+	if (hl_shared == NULL)
+		return horizon;
+	me = hl_proc_index();
+	LWLockAcquire(hl_shared->seq_lock, LW_SHARED);
+	for (int i = 0; i < hl_shared->nprocs; i++)
+	{
+		HlSeqEntry *entry = &hl_shared->seqs[i];
+
+		if (i != me && entry->first_seq != 0 && entry->dboid == MyDatabaseId)
+			horizon = Min(horizon, entry->first_seq - 1);
+	}
+	LWLockRelease(hl_shared->seq_lock);
+	return horizon;
+}
+
+static void
+unpublish_seq(void)
+{
+	if (!seq_published)
+		return;
+	LWLockAcquire(hl_shared->seq_lock, LW_EXCLUSIVE);
+	hl_shared->seqs[hl_proc_index()].first_seq = 0;
+	LWLockRelease(hl_shared->seq_lock);
+	seq_published = false;
+}
+
+/*
+ * Queue one event for the lease as it stands after the change; returns its
+ * number.
+ */
+int64
 hl_event(const char *event, const Lease *lease)
 {
 	char	   *name = text_to_cstring(lease->name);
 	char	   *owner = text_to_cstring(lease->owner);
+	int64		seq = next_seq();
 
-	Async_Notify(hl_channel, build_payload(event, name, owner, lease));
+	Async_Notify(hl_channel, build_payload(event, name, owner, lease, seq));
 	if (hl_log_events)
 		queue_log_line(event, name, owner, lease);
+	return seq;
 }
 
 /* Write the lines, oldest first; nothing here allocates. */
@@ -136,12 +230,15 @@ xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			/* visible to every snapshot from now on */
+			unpublish_seq();
 			write_lines(pending_lines);
 			pending_lines = NULL;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
+			unpublish_seq();
 			pending_lines = NULL;
 			break;
 		default:

@@ -360,3 +360,44 @@ hl_floor_refresh(void)
 	register_callback();
 	(void) current_era(&era, &forgotten, &wrote);
 }
+
+/*
+ * A name with generation "generation" is being forgotten (its row
+ * removed): raise the floor's "forgotten" to it, in this transaction, so
+ * that the name, if it comes back, starts above.  Returns false, changing
+ * nothing, if the floor row cannot be written now (another transaction is
+ * writing it, or the table is locked): the name must not be forgotten then.
+ */
+bool
+hl_floor_raise_forgotten(int64 generation)
+{
+	uint64		sysid = GetSystemIdentifier();
+	int64		tli = (int64) GetWALInsertionTimeLine();
+	HlRelation	rel;
+	FloorRow	f;
+	FloorRow	next;
+	bool		wrote;
+
+	register_callback();
+	if (!hl_open(HL_REL_FLOOR, RowExclusiveLock, false, &rel))
+		return false;
+	read_floor(&rel, &f);
+	if (f.forgotten >= generation && f.found && !f.inflight)
+	{
+		(void) era_of(&f, sysid, MyDatabaseId, tli, &next);
+		if (!next.found)
+		{
+			/* already high enough, and nothing else to record */
+			hl_close(&rel, false);
+			return true;
+		}
+	}
+	(void) era_of(&f, sysid, MyDatabaseId, tli, &next);
+	if (!next.found)
+		next = f;
+	next.found = true;
+	next.forgotten = Max(f.forgotten, generation);
+	wrote = write_floor(&rel, &f, &next);
+	hl_close(&rel, wrote);
+	return wrote;
+}

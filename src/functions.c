@@ -29,6 +29,7 @@ PG_FUNCTION_INFO_V1(hoplock_read);
 PG_FUNCTION_INFO_V1(hoplock_write);
 PG_FUNCTION_INFO_V1(hoplock_delete);
 PG_FUNCTION_INFO_V1(hoplock_fence);
+PG_FUNCTION_INFO_V1(hoplock_forget);
 
 static Datum
 lease_datum(FunctionCallInfo fcinfo, const Lease *lease)
@@ -213,3 +214,12 @@ hoplock_fence(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+
+/* hoplock_forget(name): remove a released or lapsed lease's row at once */
+Datum
+hoplock_forget(PG_FUNCTION_ARGS)
+{
+	text	   *name = hl_arg_name(fcinfo, 0, "lease name");
+
+	PG_RETURN_BOOL(hl_forget(name, 0, true));
+}

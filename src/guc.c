@@ -32,6 +32,8 @@ int			hl_max_databases = 8;
 int			hl_queue_size = 1024;
 int			hl_hung_holder_timeout = 5000;	/* milliseconds */
 int			hl_max_names_per_role = 0;
+int			hl_history_size = 10000;
+int			hl_released_retention = 86400;	/* seconds */
 
 /*
  * A NOTIFY channel is an identifier: not empty, shorter than NAMEDATALEN.
@@ -150,6 +152,28 @@ hl_define_gucs(void)
 							INT_MAX,
 							PGC_SUSET,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("hoplock.history_size",
+							"Terms of each database kept in the history (0: no history).",
+							"The expiry worker drops the oldest ended terms beyond it.",
+							&hl_history_size,
+							10000,
+							0,
+							INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("hoplock.released_retention",
+							"How long the row of a released or lapsed lease is kept (0: forever).",
+							"After it, the expiry worker forgets the name; a later term of it still gets a greater generation.",
+							&hl_released_retention,
+							86400,
+							0,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("hoplock.databases",

@@ -150,6 +150,7 @@ typedef enum HlBlockerKind
 } HlBlockerKind;
 
 extern int	hl_lease_blocker(text *name, HlBlockerKind *kind);
+extern bool hl_forget(text *name, TimestampTz ended_before, bool raise_floor);
 extern void hl_check_term_role(const Lease *lease);
 extern void hl_lease_init(void);
 extern void hl_prevent_write(const char *fn);
@@ -180,6 +181,7 @@ typedef enum HlRel
 {
 	HL_REL_LEASE,
 	HL_REL_FLOOR,
+	HL_REL_HISTORY,
 	HL_NRELS
 } HlRel;
 
@@ -189,7 +191,7 @@ typedef struct HlRelation
 {
 	HlRel		which;
 	Relation	heap;
-	Relation	index;			/* lease: its primary key; floor: NULL */
+	Relation	index;			/* its primary key; floor: NULL */
 	LOCKMODE	lockmode;
 	HlTableInfo *info;			/* what the shape check found out */
 } HlRelation;
@@ -199,6 +201,7 @@ extern bool hl_open(HlRel which, LOCKMODE lockmode, bool wait,
 extern void hl_close(HlRelation *rel, bool keep_locks);
 extern void hl_table_busy_error(HlRel which) pg_attribute_noreturn();
 extern bool hl_extension_installed(void);
+extern Oid	hl_sequence_oid(const char *name);
 extern TupleDesc hl_lease_result_desc(FunctionCallInfo fcinfo);
 extern bool hl_lock_relation_briefly(Oid relid, LOCKMODE lockmode);
 extern bool hl_table_has_foreign_constraints(HlRelation *rel);
@@ -211,6 +214,7 @@ extern bool hl_table_has_after_triggers(HlRelation *rel);
 extern void hl_row_insert(HlRelation *rel, HeapTuple tuple);
 extern TM_Result hl_row_update(HlRelation *rel, ItemPointer otid,
 							   HeapTuple tuple);
+extern TM_Result hl_row_delete(HlRelation *rel, ItemPointer otid);
 
 /* ---------------------------------------------------------------------
  * store.c: lease rows
@@ -232,9 +236,9 @@ extern void hl_version_release(LeaseVersion *version);
 extern void hl_store_insert(HlRelation *rel, Lease *lease);
 extern TM_Result hl_store_update(HlRelation *rel, ItemPointer otid,
 								 Lease *lease);
-extern void hl_store_scan(text *after, int limit,
+extern int	hl_store_scan(text *after, int limit,
 						  bool (*callback) (const Lease *lease, void *arg),
-						  void *arg);
+						  void *arg, text **last);
 extern int64 hl_store_count_role(HlRelation *rel, Oid roleid, int64 limit);
 extern void hl_format_handle(const Lease *lease, char *buf);
 
@@ -245,12 +249,23 @@ extern void hl_format_handle(const Lease *lease, char *buf);
 extern bool hl_next_generation(const Lease *cur, int64 *generation,
 							   bool *busy);
 extern void hl_floor_refresh(void);
+extern bool hl_floor_raise_forgotten(int64 generation);
+
+/* ---------------------------------------------------------------------
+ * history.c: the history of terms
+ * ---------------------------------------------------------------------
+ */
+extern void hl_history_begin(const Lease *term, int64 seq);
+extern void hl_history_end(const Lease *term, TimestampTz ended_at,
+						   int64 seq, const char *how);
+extern int	hl_history_prune(int batch);
 
 /* ---------------------------------------------------------------------
  * events.c: NOTIFY payloads and log lines
  * ---------------------------------------------------------------------
  */
-extern void hl_event(const char *event, const Lease *lease);
+extern int64 hl_event(const char *event, const Lease *lease);
+extern int64 hl_event_horizon(void);
 extern void hl_events_init(void);
 
 /* ---------------------------------------------------------------------
@@ -282,6 +297,8 @@ extern int	hl_max_databases;
 extern int	hl_queue_size;
 extern int	hl_hung_holder_timeout;	/* milliseconds; 0: never */
 extern int	hl_max_names_per_role;	/* 0: unlimited */
+extern int	hl_history_size;	/* terms kept per database; 0: none */
+extern int	hl_released_retention;	/* seconds; 0: kept forever */
 
 extern void hl_define_gucs(void);
 extern bool hl_database_listed(const char *dbname);

@@ -15,7 +15,9 @@
  *		- CREATE EXTENSION hoplock commits (dbhooks.c),
  *		- CREATE DATABASE ends (dbhooks.c),
  *		- hoplock.databases changes (SIGHUP),
- *		- every hoplock.naptime, as a safety net.
+ *		- every hoplock.naptime, as a safety net; every 5 seconds while a
+ *		  database that wants a worker cannot have one (no slot free, or
+ *		  max_worker_processes reached), which hoplock_workers lists.
  *
  *		Stopping a worker (DROP EXTENSION, a statement that needs the
  *		database alone, hoplock.databases) is asked of it through its slot
@@ -67,11 +69,17 @@ typedef struct KnownDatabase
 	bool		seen;			/* in the latest list of databases */
 	bool		wanted;			/* allowed by hoplock.databases */
 	char		name[NAMEDATALEN];
+	bool		confirmed;		/* known to have hoplock: a worker found it
+								 * there, or it asked to be served */
+	char		why[96];		/* why it has no worker: "" if none failed */
+	bool		warned;			/* about "why" */
 } KnownDatabase;
 
 static HTAB *known = NULL;
 static BackgroundWorkerHandle **handles = NULL;
-static bool slots_full_reported = false;
+
+/* How soon to try again when a database could not get a worker (ms) */
+#define RETRY_UNSERVED_MS	5000
 
 /* ---------------------------------------------------------------------
  * Registration (postmaster)
@@ -150,6 +158,9 @@ read_databases(void)
 		{
 			db->absent = false;
 			db->requested_at = 0;
+			db->confirmed = false;
+			db->why[0] = '\0';
+			db->warned = false;
 		}
 		db->seen = true;
 		strlcpy(db->name, NameStr(form->datname), NAMEDATALEN);
@@ -260,6 +271,9 @@ harvest_slots(const Oid *requested, int nrequested)
 			continue;
 		}
 
+		if (state == WORKER_SCANNING || state == WORKER_ANNOUNCING ||
+			state == WORKER_SLEEPING || state == WORKER_FAILING)
+			db->confirmed = true;	/* it found the extension */
 		if (stop == STOP_NONE && state != WORKER_ABSENT &&
 			state != WORKER_STOPPED)
 			continue;			/* running, or being restarted */
@@ -267,7 +281,10 @@ harvest_slots(const Oid *requested, int nrequested)
 			continue;			/* it will say when it is */
 
 		if (state == WORKER_ABSENT)
+		{
 			db->absent = (db->requested_at <= started_at);
+			db->confirmed = !db->absent;
+		}
 		else if (stop == STOP_EXTENSION_DROPPED)
 			db->absent = (db->requested_at <= stop_at);
 		else if (stop == STOP_DATABASE_BUSY && busy_pid != 0 &&
@@ -291,6 +308,31 @@ has_slot(Oid dboid)
 	}
 	LWLockRelease(hl_shared->lock);
 	return found;
+}
+
+/*
+ * Database db wants a worker and cannot have one now: remember why, for
+ * hoplock_workers, and warn once per reason -- only for a database known to
+ * have hoplock (one never looked at may well not have it).
+ */
+static void
+cannot_serve(KnownDatabase *db, char *why, const char *hint)
+{
+	if (strncmp(db->why, why, sizeof(db->why) - 1) != 0)
+		db->warned = false;
+	strlcpy(db->why, why, sizeof(db->why));
+	pfree(why);
+	if (db->confirmed && !db->warned)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("hoplock could not start a worker for database \"%s\"",
+						db->name),
+				 errdetail("Its leases lapse without being announced until a worker starts: %s.",
+						   db->why),
+				 errhint("%s", hint)));
+		db->warned = true;
+	}
 }
 
 static void
@@ -324,14 +366,9 @@ start_worker(KnownDatabase *db)
 
 	if (slotno < 0)
 	{
-		if (!slots_full_reported)
-			ereport(WARNING,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("hoplock cannot serve database \"%s\"", db->name),
-					 errdetail("All %d worker slots are in use.",
-							   hl_shared->nslots),
-					 errhint("Increase \"hoplock.max_databases\", or restrict \"hoplock.databases\".")));
-		slots_full_reported = true;
+		cannot_serve(db, psprintf("all %d hoplock.max_databases slots are in use",
+								  hl_shared->nslots),
+					 "Increase \"hoplock.max_databases\", or restrict \"hoplock.databases\".");
 		return;
 	}
 
@@ -344,23 +381,29 @@ start_worker(KnownDatabase *db)
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handles[slotno]))
 	{
-		/* no room in max_worker_processes: try again later */
+		/* no room in max_worker_processes: try again soon */
 		handles[slotno] = NULL;
 		free_slot(slotno);
-		ereport(WARNING,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("hoplock could not start a worker for database \"%s\"",
-						db->name),
-				 errhint("Increase \"max_worker_processes\".")));
+		cannot_serve(db, psprintf("no background worker slot free (max_worker_processes = %d)",
+								  max_worker_processes),
+					 "Increase \"max_worker_processes\".");
+		return;
 	}
+	db->why[0] = '\0';
 }
 
-/* Start a worker for every database that wants one and has none. */
-static void
+/*
+ * Start a worker for every database that wants one and has none, and
+ * publish those left without one (hoplock_workers).  Returns whether any
+ * was.
+ */
+static bool
 reconcile(Oid *requested, int nrequested, bool rescan_all)
 {
 	HASH_SEQ_STATUS status;
 	KnownDatabase *db;
+	HlUnserved	unserved[HL_MAX_UNSERVED];
+	int			nunserved = 0;
 
 	read_databases();
 	for (int i = 0; i < nrequested; i++)
@@ -370,6 +413,7 @@ reconcile(Oid *requested, int nrequested, bool rescan_all)
 		{
 			db->requested_at = GetCurrentTimestamp();
 			db->absent = false;
+			db->confirmed = true;
 		}
 	}
 	harvest_slots(requested, nrequested);
@@ -379,9 +423,28 @@ reconcile(Oid *requested, int nrequested, bool rescan_all)
 	{
 		if (rescan_all)
 			db->absent = false;
-		if (db->seen && db->wanted && !db->absent && !has_slot(db->dboid))
-			start_worker(db);
+		if (!db->seen || !db->wanted || db->absent || has_slot(db->dboid))
+		{
+			db->why[0] = '\0';
+			continue;
+		}
+		start_worker(db);
+		if (db->why[0] != '\0' && nunserved < HL_MAX_UNSERVED)
+		{
+			unserved[nunserved].dboid = db->dboid;
+			snprintf(unserved[nunserved].reason,
+					 sizeof(unserved[nunserved].reason), "%s%s",
+					 db->confirmed ? "" : "not yet known to use hoplock; ",
+					 db->why);
+			nunserved++;
+		}
 	}
+
+	LWLockAcquire(hl_shared->lock, LW_EXCLUSIVE);
+	memcpy(hl_shared->unserved, unserved, nunserved * sizeof(HlUnserved));
+	hl_shared->nunserved = nunserved;
+	LWLockRelease(hl_shared->lock);
+	return nunserved > 0;
 }
 
 void
@@ -424,6 +487,7 @@ hoplock_launcher_main(Datum arg)
 		Oid			requested[HL_MAX_REQUESTS];
 		int			nrequested;
 		bool		rescan_all;
+		bool		any_unserved;
 
 		CHECK_FOR_INTERRUPTS();
 
@@ -439,7 +503,6 @@ hoplock_launcher_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			slots_full_reported = false;
 			rescan_all = true;
 		}
 
@@ -449,10 +512,12 @@ hoplock_launcher_main(Datum arg)
 		 * went away are replaced.  Databases found without the extension
 		 * are only looked at again on request.
 		 */
-		reconcile(requested, nrequested, rescan_all);
+		any_unserved = reconcile(requested, nrequested, rescan_all);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 hl_naptime * 1000L, PG_WAIT_EXTENSION);
+						 any_unserved ? Min(RETRY_UNSERVED_MS, hl_naptime * 1000L) :
+						 hl_naptime * 1000L,
+						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }

@@ -283,23 +283,54 @@ end_of_term(const Lease *cur, TimestampTz now)
 	return Max(now, cur->acquired_at);
 }
 
+/* How a running term ended, for the history */
+static const char *
+how_ended(const LeaseRequest *req)
+{
+	switch (req->op)
+	{
+		case LEASE_OP_FORCE_RELEASE:
+			return "force-released";
+		case LEASE_OP_SESSION_END:
+			return "session ended";
+		case LEASE_OP_DELETE:
+			return "deleted";
+		case LEASE_OP_WRITE:
+			return "written over";
+		default:
+			return "released";
+	}
+}
+
 /*
- * Queue the event of a term that ends: a running term was "released" (by
- * its holder, by force, or by hoplock_write over it); a lapsed one that
- * nobody announced yet "expired"; one already announced says nothing more.
+ * Queue the event of a term that ends, and record how it ended: a running
+ * term was "released" (by its holder, by force, or by hoplock_write over
+ * it); a lapsed one that nobody announced yet "expired" (taken over, if a
+ * new term begins over it); one already announced says nothing more.
  */
 static void
-announce_end(const Lease *cur, TimestampTz now)
+announce_end(const LeaseRequest *req, const Lease *cur, TimestampTz now,
+			 bool new_term)
 {
+	int64		seq;
+
 	if (hl_lease_is_held(cur, now))
 	{
 		Lease		ended = *cur;
 
 		ended.expires_at = end_of_term(cur, now);
-		hl_event("released", &ended);
+		seq = hl_event("released", &ended);
+		hl_history_end(cur, ended.expires_at, seq, how_ended(req));
+		hl_count(req->op == LEASE_OP_FORCE_RELEASE ?
+				 HL_COUNT_FORCE_RELEASES : HL_COUNT_RELEASES);
 	}
 	else if (cur->state == LEASE_STATE_HELD)
-		hl_event("expired", cur);
+	{
+		seq = hl_event("expired", cur);
+		hl_history_end(cur, cur->expires_at, seq,
+					   new_term ? "taken over" : "expired");
+		hl_count(HL_COUNT_EXPIRIES);
+	}
 }
 
 /*
@@ -406,7 +437,8 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 }
 
 /*
- * After a write: queue its events and what must follow its commit.
+ * After a write: queue its events, the history and what must follow its
+ * commit.
  */
 static void
 after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
@@ -415,23 +447,25 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 	switch (action)
 	{
 		case ACTION_EXTEND:
+			hl_count(HL_COUNT_RENEWALS);
 			if (hl_notify_renewals)
-				hl_event("renewed", written);
+				(void) hl_event("renewed", written);
 			/* a later expiry the worker finds out by itself */
 			if (written->expires_at < cur->expires_at)
 				hl_post_deadline_at_commit(written->name, written->expires_at);
 			break;
 		case ACTION_NEW_TERM:
 			if (cur != NULL)
-				announce_end(cur, now);
-			hl_event("acquired", written);
+				announce_end(req, cur, now, true);
+			hl_history_begin(written, hl_event("acquired", written));
+			hl_count(HL_COUNT_TERMS_BEGUN);
 			hl_post_deadline_at_commit(written->name, written->expires_at);
 			break;
 		case ACTION_END_TERM:
-			announce_end(cur, now);
+			announce_end(req, cur, now, false);
 			break;
 		case ACTION_ANNOUNCE_EXPIRY:
-			hl_event("expired", cur);
+			announce_end(req, cur, now, false);
 			hl_wake_waiters_at_end(written->name);
 			break;
 		default:
@@ -579,6 +613,8 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 			hl_term_unlock(req->name, ExclusiveLock);
 	}
 	hl_close(&rel, outcome == LEASE_DONE);
+	if (outcome == LEASE_CONTENDED && !req->busy_is_contention)
+		hl_count(HL_COUNT_CONTENDED);
 	return outcome;
 }
 
@@ -649,6 +685,61 @@ hl_lease_blocker(text *name, HlBlockerKind *kind)
 			*kind = BLOCKER_ROW_CHANGE;
 	}
 	return pid;
+}
+
+/*
+ * Forget lease "name": remove its row, if its last term ended (released,
+ * or lapsed and announced) before "ended_before" (0: any time), first
+ * raising the generation floor's "forgotten" to its generation (unless the
+ * caller did that for a whole batch), so that the name, if it comes back,
+ * starts above every generation it had.  Returns false, changing nothing,
+ * if the row is not there, its term has not ended, or anything stands in
+ * the way right now (the lease being changed or fenced, the floor being
+ * written, the table locked).
+ */
+bool
+hl_forget(text *name, TimestampTz ended_before, bool raise_floor)
+{
+	HlRelation	rel;
+	LeaseVersion cur;
+	SnapshotData dirty;
+	bool		locked = false;
+	bool		done = false;
+
+	hl_prevent_write("hoplock_forget()");
+	if (!hl_open(HL_REL_LEASE, RowExclusiveLock, false, &rel))
+		return false;
+	for (;;)
+	{
+		InitDirtySnapshot(dirty);
+		hl_store_fetch(&rel, name, &dirty, &cur);
+		hl_version_release(&cur);
+		if (!cur.found || TransactionIdIsValid(cur.inflight) ||
+			cur.lease.state == LEASE_STATE_HELD ||
+			(ended_before != 0 && cur.lease.expires_at >= ended_before))
+			break;
+		if (!locked)
+		{
+			/* no term begins or is fenced meanwhile */
+			if (!hl_term_trylock(name, ExclusiveLock))
+				break;
+			locked = true;
+			continue;			/* look again, with the lock */
+		}
+		if (raise_floor && !hl_floor_raise_forgotten(cur.lease.generation))
+			break;
+		done = (hl_row_delete(&rel, &cur.tid) == TM_Ok);
+		break;
+	}
+	if (done)
+	{
+		CommandCounterIncrement();
+		wrote_lease = true;
+	}
+	else if (locked)
+		hl_term_unlock(name, ExclusiveLock);
+	hl_close(&rel, done);
+	return done;
 }
 
 /* ---------------------------------------------------------------------

@@ -24,6 +24,8 @@
 PG_FUNCTION_INFO_V1(hoplock_serve_this_database);
 PG_FUNCTION_INFO_V1(hoplock_worker_status);
 PG_FUNCTION_INFO_V1(hoplock_blocker);
+PG_FUNCTION_INFO_V1(hoplock_stats);
+PG_FUNCTION_INFO_V1(hoplock_stats_reset);
 
 /*
  * hoplock_internal.serve_this_database(): called by the install script, so
@@ -90,8 +92,34 @@ enum
 	WS_ANNOUNCED,
 	WS_LAST_LAG,
 	WS_STARTED_AT,
+	WS_SESSIONS_ENDED,			/* 1.1.0 */
+	WS_REASON,					/* 1.1.0 */
 	WS_NCOLUMNS
 };
+
+/* Put a row of at most WS_NCOLUMNS values, as many as the SQL declares. */
+static void
+put_row(ReturnSetInfo *rsinfo, Datum *values, bool *nulls)
+{
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+static const char *
+stop_reason(HlStopReason stop)
+{
+	switch (stop)
+	{
+		case STOP_NONE:
+			return NULL;
+		case STOP_EXTENSION_DROPPED:
+			return "the extension was dropped";
+		case STOP_DATABASE_BUSY:
+			return "a statement needs the database alone (DROP, RENAME, SET TABLESPACE, or a copy of it)";
+		case STOP_NOT_WANTED:
+			return "hoplock.databases does not list it";
+	}
+	return NULL;
+}
 
 static Datum
 interval_datum(int64 usecs)
@@ -112,31 +140,40 @@ set_timestamp(Datum *values, bool *nulls, int col, TimestampTz ts)
 
 /*
  * hoplock_internal.worker_status(): one row per database a worker serves,
- * for the view hoplock_workers.
+ * and one per database the launcher would serve but cannot, with the
+ * reason, for the view hoplock_workers.  The SQL of 1.0.0 declares the
+ * first ten columns only.
  */
 Datum
 hoplock_worker_status(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			ncolumns;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (hl_shared == NULL)
 		PG_RETURN_VOID();
+	ncolumns = rsinfo->setDesc->natts;
+	if (ncolumns != WS_SESSIONS_ENDED && ncolumns != WS_NCOLUMNS)
+		elog(ERROR, "hoplock_worker_status: unexpected %d columns", ncolumns);
 
 	for (int i = 0; i < hl_shared->nslots; i++)
 	{
 		HlDbSlot   *slot = &hl_shared->slots[i];
 		Oid			dboid;
 		HlWorkerState state;
+		HlStopReason stop;
 		pid_t		pid;
 		HlWorkerStats stats;
 		Datum		values[WS_NCOLUMNS];
 		bool		nulls[WS_NCOLUMNS];
 		char	   *dbname;
+		const char *reason;
 
 		LWLockAcquire(slot->lock, LW_SHARED);
 		dboid = slot->dboid;
 		state = slot->state;
+		stop = slot->stop;
 		pid = slot->pid;
 		stats = slot->stats;
 		LWLockRelease(slot->lock);
@@ -158,7 +195,118 @@ hoplock_worker_status(PG_FUNCTION_ARGS)
 		values[WS_LAST_LAG] = interval_datum(stats.last_lag);
 		nulls[WS_LAST_LAG] = (stats.announced == 0);
 		set_timestamp(values, nulls, WS_STARTED_AT, stats.started_at);
+		values[WS_SESSIONS_ENDED] = Int64GetDatum(stats.terminated);
+		reason = state == WORKER_FAILING && stats.last_error[0] != '\0' ?
+			stats.last_error : stop_reason(stop);
+		values[WS_REASON] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
+		nulls[WS_REASON] = (reason == NULL);
+		put_row(rsinfo, values, nulls);
+	}
+
+	/* databases without a worker, and why */
+	if (ncolumns == WS_NCOLUMNS)
+	{
+		HlUnserved	unserved[HL_MAX_UNSERVED];
+		int			n;
+
+		LWLockAcquire(hl_shared->lock, LW_SHARED);
+		n = hl_shared->nunserved;
+		memcpy(unserved, hl_shared->unserved, n * sizeof(HlUnserved));
+		LWLockRelease(hl_shared->lock);
+		for (int i = 0; i < n; i++)
+		{
+			Datum		values[WS_NCOLUMNS];
+			bool		nulls[WS_NCOLUMNS];
+			char	   *dbname = get_database_name(unserved[i].dboid);
+
+			memset(nulls, true, sizeof(nulls));
+			values[WS_DATID] = ObjectIdGetDatum(unserved[i].dboid);
+			nulls[WS_DATID] = false;
+			if (dbname != NULL)
+			{
+				values[WS_DATNAME] = CStringGetTextDatum(dbname);
+				nulls[WS_DATNAME] = false;
+			}
+			values[WS_STATE] = CStringGetTextDatum("unserved");
+			nulls[WS_STATE] = false;
+			values[WS_REASON] = CStringGetTextDatum(unserved[i].reason);
+			nulls[WS_REASON] = false;
+			put_row(rsinfo, values, nulls);
+		}
+	}
+	PG_RETURN_VOID();
+}
+
+/* Columns of hoplock_internal.stats() */
+enum
+{
+	ST_DATID,
+	ST_DATNAME,
+	ST_COUNTERS,				/* HL_NCOUNTERS of them */
+	ST_STATS_RESET = ST_COUNTERS + HL_NCOUNTERS,
+	ST_NCOLUMNS
+};
+
+/*
+ * hoplock_internal.stats(): the counters of each database a worker serves
+ * (they live in its slot), for the view hoplock_stats.
+ */
+Datum
+hoplock_stats(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (hl_shared == NULL)
+		PG_RETURN_VOID();
+	for (int i = 0; i < hl_shared->nslots; i++)
+	{
+		HlDbSlot   *slot = &hl_shared->slots[i];
+		Datum		values[ST_NCOLUMNS];
+		bool		nulls[ST_NCOLUMNS] = {0};
+		Oid			dboid;
+		TimestampTz reset;
+		char	   *dbname;
+
+		LWLockAcquire(slot->lock, LW_SHARED);
+		dboid = slot->dboid;
+		reset = slot->stats_reset;
+		for (int c = 0; c < HL_NCOUNTERS; c++)
+			values[ST_COUNTERS + c] =
+				Int64GetDatum((int64) pg_atomic_read_u64(&slot->counters[c]));
+		LWLockRelease(slot->lock);
+		if (!OidIsValid(dboid))
+			continue;
+		dbname = get_database_name(dboid);
+		values[ST_DATID] = ObjectIdGetDatum(dboid);
+		values[ST_DATNAME] = dbname ? CStringGetTextDatum(dbname) : (Datum) 0;
+		nulls[ST_DATNAME] = (dbname == NULL);
+		set_timestamp(values, nulls, ST_STATS_RESET, reset);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+	PG_RETURN_VOID();
+}
+
+/* hoplock_stats_reset(): zero this database's counters */
+Datum
+hoplock_stats_reset(PG_FUNCTION_ARGS)
+{
+	HlDbSlot   *slot = hl_slot_for(MyDatabaseId);
+
+	if (slot == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("hoplock keeps no counters for database \"%s\"",
+						get_database_name(MyDatabaseId)),
+				 errdetail("Counters are kept for the databases an expiry worker serves."),
+				 errhint("Add hoplock to shared_preload_libraries, and see hoplock_workers.")));
+	LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+	if (slot->dboid == MyDatabaseId)
+	{
+		for (int c = 0; c < HL_NCOUNTERS; c++)
+			pg_atomic_write_u64(&slot->counters[c], 0);
+		slot->stats_reset = GetCurrentTimestamp();
+	}
+	LWLockRelease(slot->lock);
 	PG_RETURN_VOID();
 }

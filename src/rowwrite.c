@@ -193,3 +193,25 @@ hl_row_update(HlRelation *rel, ItemPointer otid, HeapTuple tuple)
 
 	return result;
 }
+
+/*
+ * Delete the row version at "otid" without waiting (a forgotten lease, a
+ * history row beyond hoplock.history_size).  Returns what heap_delete says.
+ */
+TM_Result
+hl_row_delete(HlRelation *rel, ItemPointer otid)
+{
+	RowWrite	w;
+	TM_FailureData tmfd;
+	TM_Result	result;
+
+	result = heap_delete(rel->heap, otid, GetCurrentCommandId(true),
+						 InvalidSnapshot, false, &tmfd, false);
+	if (result == TM_Ok && hl_table_has_after_triggers(rel))
+	{
+		begin_write(rel, &w);
+		hl_ar_delete_triggers(w.estate, w.rri, otid);
+		end_write(rel, &w);
+	}
+	return result;
+}

@@ -72,18 +72,25 @@ sessions_offset(void)
 }
 
 static Size
+seqs_offset(void)
+{
+	return MAXALIGN(add_size(sessions_offset(),
+							 mul_size(total_procs(), sizeof(pg_atomic_uint64))));
+}
+
+static Size
 shared_size(void)
 {
-	return add_size(sessions_offset(),
-					mul_size(total_procs(), sizeof(pg_atomic_uint64)));
+	return add_size(seqs_offset(),
+					mul_size(total_procs(), sizeof(HlSeqEntry)));
 }
 
 static void
 request_shmem(void)
 {
 	RequestAddinShmemSpace(shared_size());
-	/* one for the whole, one per slot */
-	RequestNamedLWLockTranche(HL_TRANCHE, 1 + hl_max_databases);
+	/* one for the whole, one for event numbers, one per slot */
+	RequestNamedLWLockTranche(HL_TRANCHE, 2 + hl_max_databases);
 }
 
 #if PG_VERSION_NUM >= 150000
@@ -124,12 +131,16 @@ shmem_startup(void)
 			((char *) hl_shared + sessions_offset());
 		for (int i = 0; i < hl_shared->nprocs; i++)
 			pg_atomic_init_u64(&hl_shared->sessions[i], 0);
+		hl_shared->seq_lock = &locks[1].lock;
+		hl_shared->seqs = (HlSeqEntry *) ((char *) hl_shared + seqs_offset());
 		rings = (char *) hl_shared + rings_offset();
 		for (int i = 0; i < hl_max_databases; i++)
 		{
 			HlDbSlot   *slot = &hl_shared->slots[i];
 
-			slot->lock = &locks[1 + i].lock;
+			slot->lock = &locks[2 + i].lock;
+			for (int c = 0; c < HL_NCOUNTERS; c++)
+				pg_atomic_init_u64(&slot->counters[c], 0);
 			slot->ring = (HlMessage *)
 				(rings + (Size) i * hl_queue_size * sizeof(HlMessage));
 		}
@@ -174,7 +185,8 @@ hl_slot_for(Oid dboid)
 
 /*
  * Everything of a slot but its lock, ring, dboid and generation, as a
- * fresh slot has it.  Caller holds the slot's lock.
+ * fresh slot has it; its counters start again.  Caller holds the slot's
+ * lock.
  */
 void
 hl_slot_reset(HlDbSlot *slot)
@@ -189,6 +201,50 @@ hl_slot_reset(HlDbSlot *slot)
 	slot->overflowed = false;
 	slot->head = slot->tail = 0;
 	memset(&slot->stats, 0, sizeof(slot->stats));
+	for (int c = 0; c < HL_NCOUNTERS; c++)
+		pg_atomic_write_u64(&slot->counters[c], 0);
+	slot->stats_reset = GetCurrentTimestamp();
+}
+
+/*
+ * Add one to a counter of this database (hoplock_stats).  The slot is
+ * remembered; a slot given to another database meanwhile is noticed by its
+ * dboid, read without a lock (an Oid is read atomically).  A database
+ * without a slot (no worker serves it) keeps no counters, but tells the
+ * launcher, every few seconds at most, that it uses hoplock: a launcher
+ * short of slots may not have looked.
+ */
+void
+hl_count(HlCounter counter)
+{
+	static HlDbSlot *cached = NULL;
+	static TimestampTz told_launcher = 0;
+
+	if (hl_shared == NULL)
+		return;
+	if (cached == NULL || cached->dboid != MyDatabaseId)
+	{
+		cached = hl_slot_for(MyDatabaseId);
+		if (cached == NULL)
+		{
+			TimestampTz now = GetCurrentTimestamp();
+
+			if (now - told_launcher >= 10 * USECS_PER_SEC)
+			{
+				told_launcher = now;
+				hl_wake_launcher(MyDatabaseId);
+			}
+			return;
+		}
+	}
+	pg_atomic_fetch_add_u64(&cached->counters[counter], 1);
+}
+
+/* This backend's entry in the per-PGPROC arrays */
+int
+hl_proc_index(void)
+{
+	return (int) (MyProc - ProcGlobal->allProcs);
 }
 
 /*

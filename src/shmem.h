@@ -71,6 +71,20 @@ typedef enum HlStopReason
 	STOP_NOT_WANTED				/* hoplock.databases no longer lists it */
 } HlStopReason;
 
+/* Per-database counters, for hoplock_stats: atomics, added to by every call */
+typedef enum HlCounter
+{
+	HL_COUNT_TERMS_BEGUN,
+	HL_COUNT_CONTENDED,
+	HL_COUNT_RENEWALS,
+	HL_COUNT_RELEASES,
+	HL_COUNT_FORCE_RELEASES,
+	HL_COUNT_EXPIRIES,
+	HL_COUNT_WAITS,
+	HL_COUNT_WAKEUPS,
+	HL_NCOUNTERS
+} HlCounter;
+
 /* What a worker reports of itself, for hoplock_workers */
 typedef struct HlWorkerStats
 {
@@ -82,6 +96,7 @@ typedef struct HlWorkerStats
 	int64		last_lag;		/* microseconds */
 	int64		terminated;		/* sessions ended for holding up a lapsed
 								 * term */
+	char		last_error[128];	/* while failing: what went wrong */
 } HlWorkerStats;
 
 typedef struct HlDbSlot
@@ -104,7 +119,25 @@ typedef struct HlDbSlot
 	uint64		tail;
 	HlMessage  *ring;
 	HlWorkerStats stats;
+	/* hoplock_stats: no lock, atomics; reset under the slot's lock */
+	pg_atomic_uint64 counters[HL_NCOUNTERS];
+	TimestampTz stats_reset;
 } HlDbSlot;
+
+/* A database the launcher would serve but cannot (hoplock_workers) */
+#define HL_MAX_UNSERVED		64
+typedef struct HlUnserved
+{
+	Oid			dboid;
+	char		reason[160];
+} HlUnserved;
+
+/* Per PGPROC: the first event number its running transaction took */
+typedef struct HlSeqEntry
+{
+	Oid			dboid;
+	int64		first_seq;		/* 0: none */
+} HlSeqEntry;
 
 typedef struct HlShared
 {
@@ -118,9 +151,13 @@ typedef struct HlShared
 											 * extension */
 	int			nslots;
 	int			queue_size;
-	int			nprocs;			/* entries of sessions[] */
+	int			nprocs;			/* entries of sessions[] and seqs[] */
 	pg_atomic_uint64 *sessions; /* per PGPROC: start time of a backend that
 								 * bound a term, 0 otherwise */
+	LWLock	   *seq_lock;		/* event numbers: taking one, and seqs[] */
+	HlSeqEntry *seqs;			/* per PGPROC */
+	int			nunserved;		/* under lock */
+	HlUnserved	unserved[HL_MAX_UNSERVED];
 	ConditionVariable waitcv[HL_WAIT_BUCKETS];
 	HlDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } HlShared;
@@ -144,6 +181,8 @@ extern bool hl_mailbox_empty(HlDbSlot *slot);
 extern ConditionVariable *hl_wait_cv(text *name);
 extern void hl_wake_launcher(Oid dboid);
 extern void hl_stop_worker(Oid dboid, HlStopReason reason);
+extern void hl_count(HlCounter counter);
+extern int	hl_proc_index(void);
 extern void hl_session_register(void);
 extern void hl_session_unregister(void);
 extern bool hl_session_alive(int32 pid, TimestampTz start);

@@ -261,13 +261,17 @@ hl_format_handle(const Lease *lease, char *buf)
  * Call "callback" for the rows the active snapshot sees, in name order,
  * starting after name "after" (NULL: from the first), until it returns false
  * or "limit" rows were read (the worker reads the table so, a batch at a
- * time).  The Lease passed to it is valid only during the call.  Raises
- * 55P03 if the table is locked by maintenance.
+ * time).  The Lease passed to it is valid only during the call, which runs
+ * in a short-lived memory context.  Returns the number of rows read, and in
+ * *last a copy (in the caller's memory context) of the last name read, or
+ * NULL.  Raises 55P03 if the table is locked by maintenance.
  */
-void
+int
 hl_store_scan(text *after, int limit,
-			  bool (*callback) (const Lease *lease, void *arg), void *arg)
+			  bool (*callback) (const Lease *lease, void *arg), void *arg,
+			  text **last)
 {
+	MemoryContext caller_context = CurrentMemoryContext;
 	HlRelation	rel;
 	ScanKeyData key;
 	IndexScanDesc scan;
@@ -276,6 +280,7 @@ hl_store_scan(text *after, int limit,
 	MemoryContext old;
 	int			n = 0;
 
+	*last = NULL;
 	if (!hl_open(HL_REL_LEASE, AccessShareLock, false, &rel))
 		hl_table_busy_error(HL_REL_LEASE);
 	slot = table_slot_create(rel.heap, NULL);
@@ -303,6 +308,10 @@ hl_store_scan(text *after, int limit,
 		old = MemoryContextSwitchTo(row_context);
 		lease_from_slot(slot, &lease);
 		keep_going = callback(&lease, arg);
+		MemoryContextSwitchTo(caller_context);
+		if (*last != NULL)
+			pfree(*last);
+		*last = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(lease.name));
 		MemoryContextSwitchTo(old);
 		if (!keep_going)
 			break;
@@ -311,6 +320,7 @@ hl_store_scan(text *after, int limit,
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	hl_close(&rel, false);
+	return n;
 }
 
 /*

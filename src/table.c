@@ -93,6 +93,18 @@ static const ColumnSpec lease_columns[] = {
 	{"owner_roleid", OIDOID, true},
 };
 
+static const ColumnSpec history_columns[] = {
+	{"name", TEXTOID, true},
+	{"generation", INT8OID, true},
+	{"owner", TEXTOID, true},
+	{"role", NAMEOID, true},
+	{"acquired_at", TIMESTAMPTZOID, true},
+	{"begin_seq", INT8OID, true},
+	{"ended_at", TIMESTAMPTZOID, false},
+	{"end_seq", INT8OID, false},
+	{"how", TEXTOID, false},
+};
+
 static const ColumnSpec floor_columns[] = {
 	{"system_identifier", INT8OID, true},
 	{"database", OIDOID, true},
@@ -102,6 +114,15 @@ static const ColumnSpec floor_columns[] = {
 	{"forgotten", INT8OID, true},
 };
 
+/* A primary key hoplock looks rows up with: key columns and opfamilies */
+typedef struct KeySpec
+{
+	int			nkeys;			/* 0: the table has none hoplock uses */
+	AttrNumber	attnums[2];
+	Oid			opfamilies[2];
+	const char *columns;		/* for messages */
+} KeySpec;
+
 typedef struct TableSpec
 {
 	const char *name;
@@ -110,16 +131,23 @@ typedef struct TableSpec
 	const char *const *own_checks;	/* CHECK constraints the install script
 									 * made, which hoplock's rows satisfy by
 									 * construction */
+	KeySpec		key;
 } TableSpec;
 
 static const char *const lease_checks[] = {
 	"lease_state_check", "lease_generation_check", NULL
 };
 static const char *const floor_checks[] = {"floor_check", NULL};
+static const char *const no_checks[] = {NULL};
 
 static const TableSpec specs[HL_NRELS] = {
-	{"lease", lease_columns, lengthof(lease_columns), lease_checks},
-	{"floor", floor_columns, lengthof(floor_columns), floor_checks},
+	{"lease", lease_columns, lengthof(lease_columns), lease_checks,
+	{1, {1}, {TEXT_BTREE_FAM_OID}, "\"name\""}},
+	{"floor", floor_columns, lengthof(floor_columns), floor_checks,
+	{0}},
+	{"history", history_columns, lengthof(history_columns), no_checks,
+	{2, {1, 2}, {TEXT_BTREE_FAM_OID, INTEGER_BTREE_FAM_OID},
+	"\"name\", \"generation\""}},
 };
 
 /* What the shape check found out about a table (a backend-local cache) */
@@ -268,6 +296,40 @@ find_table(HlRel which, bool missing_ok)
 	return relid;
 }
 
+/*
+ * The OID of hoplock's sequence "name" in hoplock_internal, checked like
+ * its tables (the extension's own); cached until an invalidation.
+ */
+Oid
+hl_sequence_oid(const char *name)
+{
+	static Oid	cached = InvalidOid;
+	static uint64 cached_at = 0;
+	Oid			extoid;
+	Oid			nsp;
+	Oid			relid = InvalidOid;
+
+	register_callback();
+	if (OidIsValid(cached) && cached_at == invalidations)
+		return cached;
+	extoid = get_extension_oid("hoplock", true);
+	if (!OidIsValid(extoid))
+		not_installed();
+	nsp = get_namespace_oid(HL_SCHEMA, true);
+	if (OidIsValid(nsp))
+		relid = get_relname_relid(name, nsp);
+	if (!OidIsValid(relid) || get_rel_relkind(relid) != RELKIND_SEQUENCE ||
+		getExtensionOfObject(RelationRelationId, relid) != extoid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sequence \"%s.%s\" is not part of extension \"hoplock\"",
+						HL_SCHEMA, name),
+				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
+	cached = relid;
+	cached_at = invalidations;
+	return relid;
+}
+
 /* Does this database have hoplock (the worker asks)?  Needs a transaction. */
 bool
 hl_extension_installed(void)
@@ -360,22 +422,30 @@ check_constraints(Relation heap, const TableSpec *spec, HlTableInfo *info)
 	}
 }
 
-/* The lease table's primary key: what lookups by name rely on. */
+/* The primary key: what lookups rely on (names compare in "C"). */
 static void
-check_primary_key(Relation heap, Relation index)
+check_primary_key(Relation heap, Relation index, const KeySpec *key)
 {
 	Form_pg_index form = index->rd_index;
+	bool		ok;
 
-	if (index->rd_rel->relam != BTREE_AM_OID ||
-		form->indrelid != RelationGetRelid(heap) ||
-		!form->indisunique || !form->indisvalid || !form->indimmediate ||
-		form->indnatts != 1 || form->indkey.values[0] != 1 ||
-		index->rd_indexprs != NIL || index->rd_indpred != NIL ||
-		index->rd_indcollation[0] != C_COLLATION_OID ||
-		index->rd_opfamily[0] != TEXT_BTREE_FAM_OID)
+	ok = index->rd_rel->relam == BTREE_AM_OID &&
+		form->indrelid == RelationGetRelid(heap) &&
+		form->indisunique && form->indisvalid && form->indimmediate &&
+		form->indnatts == key->nkeys &&
+		index->rd_indexprs == NIL && index->rd_indpred == NIL;
+	for (int i = 0; ok && i < key->nkeys; i++)
+	{
+		ok = form->indkey.values[i] == key->attnums[i] &&
+			index->rd_opfamily[i] == key->opfamilies[i] &&
+			(key->opfamilies[i] != TEXT_BTREE_FAM_OID ||
+			 index->rd_indcollation[i] == C_COLLATION_OID);
+	}
+	if (!ok)
 		untrusted(errmsg("the primary key of table \"%s\" is not the one hoplock created",
 						 qualified_name(heap)),
-				  errdetail("hoplock looks leases up through a unique btree index on \"name\" in collation \"C\"."));
+				  errdetail("hoplock looks rows up through a unique btree index on %s in collation \"C\".",
+							key->columns));
 }
 
 static void
@@ -402,7 +472,7 @@ check_shape(HlRelation *rel)
 	check_triggers(heap, info);
 	check_constraints(heap, spec, info);
 	if (rel->index != NULL)
-		check_primary_key(heap, rel->index);
+		check_primary_key(heap, rel->index, &spec->key);
 }
 
 /*
@@ -492,7 +562,7 @@ hl_open(HlRel which, LOCKMODE lockmode, bool wait, HlRelation *rel)
 			info->valid = false;
 			continue;
 		}
-		if (which != HL_REL_LEASE)
+		if (specs[which].key.nkeys == 0)
 			break;
 
 		indexid = RelationGetPrimaryKeyIndex(rel->heap);

@@ -79,6 +79,7 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 	MemoryContext old;
 	long		poll_ms = POLL_FIRST_MS;
 	bool		acquired = false;
+	bool		waited = false;
 
 	req->busy_is_contention = true;
 	deadline = GetCurrentTimestamp();
@@ -138,10 +139,16 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 		if (!found && outcome == LEASE_CONTENDED)
 			ms = Min(ms, BUSY_SLEEP_MS);
 
+		if (!waited)
+		{
+			hl_count(HL_COUNT_WAITS);
+			waited = true;
+		}
 		if (cv != NULL)
 		{
-			ConditionVariableTimedSleep(cv, Min(ms, SLEEP_MAX_MS),
-										PG_WAIT_EXTENSION);
+			if (!ConditionVariableTimedSleep(cv, Min(ms, SLEEP_MAX_MS),
+											 PG_WAIT_EXTENSION))
+				hl_count(HL_COUNT_WAKEUPS);
 		}
 		else
 		{

@@ -110,6 +110,14 @@ static bool floor_refreshed = false;
 /* Memory of one round, reset at the start of each */
 static MemoryContext round_context = NULL;
 
+/* Housekeeping: forgetting old released names, trimming the history */
+#define HOUSEKEEPING_EVERY_US	(10 * USECS_PER_SEC)
+static TimestampTz next_housekeeping = 0;
+#define PRUNE_BATCH		5000
+static bool in_sweep = false;
+static bool sweep_done = false;
+static text *sweep_after = NULL;	/* in TopMemoryContext */
+
 /* Reading the table again */
 static bool pass_wanted = true; /* start one at the next round */
 static bool in_pass = false;
@@ -182,19 +190,9 @@ remember_session_end(const char *name, int namelen, int32 pid,
  * Reading the table
  * ---------------------------------------------------------------------
  */
-typedef struct PassRound
-{
-	int			rows;
-	text	   *last;			/* palloc'd in the round's context */
-} PassRound;
-
 static bool
 scan_row(const Lease *lease, void *arg)
 {
-	PassRound  *round = (PassRound *) arg;
-
-	round->rows++;
-	round->last = lease->name;
 	if (lease->state != LEASE_STATE_HELD)
 		return true;
 
@@ -219,21 +217,106 @@ scan_row(const Lease *lease, void *arg)
 static void
 pass_round(void)
 {
-	PassRound	round = {0};
+	text	   *last;
+	int			rows;
 	MemoryContext old;
 
 	set_state(WORKER_SCANNING);
-	hl_store_scan(pass_after, SCAN_BATCH, scan_row, &round);
+	rows = hl_store_scan(pass_after, SCAN_BATCH, scan_row, NULL, &last);
 
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	if (pass_after != NULL)
 		pfree(pass_after);
-	pass_after = round.last != NULL ?
-		(text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(round.last)) : NULL;
+	pass_after = last != NULL ?
+		(text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(last)) : NULL;
 	MemoryContextSwitchTo(old);
 
-	if (round.rows < SCAN_BATCH)
+	if (rows < SCAN_BATCH)
 		in_pass = false;		/* the end of the table */
+}
+
+/* ---------------------------------------------------------------------
+ * Housekeeping
+ * ---------------------------------------------------------------------
+ */
+typedef struct SweepRound
+{
+	MemoryContext context;		/* where "names" lives */
+	TimestampTz cutoff;
+	List	   *names;			/* of text *, to forget */
+	int64		greatest;		/* their greatest generation */
+} SweepRound;
+
+static bool
+sweep_row(const Lease *lease, void *arg)
+{
+	SweepRound *round = (SweepRound *) arg;
+
+	if (lease->state != LEASE_STATE_HELD && lease->expires_at < round->cutoff &&
+		VARSIZE_ANY_EXHDR(lease->name) <= HL_MAX_NAME_BYTES)
+	{
+		MemoryContext old = MemoryContextSwitchTo(round->context);
+
+		round->names = lappend(round->names,
+							   PG_DETOAST_DATUM_COPY(PointerGetDatum(lease->name)));
+		round->greatest = Max(round->greatest, lease->generation);
+		MemoryContextSwitchTo(old);
+	}
+	return true;
+}
+
+/*
+ * One round of housekeeping, every HOUSEKEEPING_EVERY_US: first a sweep
+ * that forgets the names released or lapsed longer than
+ * hoplock.released_retention ago, SCAN_BATCH rows a round (one raise of the
+ * generation floor for the names of a round); then the history trimmed to
+ * hoplock.history_size, PRUNE_BATCH rows a round.  Each round is one
+ * transaction; while rounds remain, the worker does not sleep between them.
+ */
+static void
+housekeeping_round(TimestampTz now)
+{
+	SweepRound	round = {0};
+	MemoryContext old;
+	ListCell   *lc;
+
+	if (!in_sweep)
+	{
+		if (now < next_housekeeping)
+			return;
+		in_sweep = true;
+		sweep_done = (hl_released_retention <= 0);
+		sweep_after = NULL;
+	}
+
+	if (!sweep_done)
+	{
+		text	   *last;
+		int			rows;
+
+		round.context = CurrentMemoryContext;
+		round.cutoff = now - (int64) hl_released_retention * USECS_PER_SEC;
+		rows = hl_store_scan(sweep_after, SCAN_BATCH, sweep_row, &round, &last);
+		if (round.names != NIL && hl_floor_raise_forgotten(round.greatest))
+		{
+			foreach(lc, round.names)
+				(void) hl_forget((text *) lfirst(lc), round.cutoff, false);
+		}
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		if (sweep_after != NULL)
+			pfree(sweep_after);
+		sweep_after = last != NULL ?
+			(text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(last)) : NULL;
+		MemoryContextSwitchTo(old);
+		if (rows < SCAN_BATCH)
+			sweep_done = true;	/* the end of the table */
+		return;
+	}
+
+	if (hl_history_size > 0 && hl_history_prune(PRUNE_BATCH) == PRUNE_BATCH)
+		return;					/* more to trim */
+	in_sweep = false;
+	next_housekeeping = now + HOUSEKEEPING_EVERY_US;
 }
 
 /* ---------------------------------------------------------------------
@@ -525,6 +608,8 @@ run_round(bool *gone, TimestampTz *next_session)
 			n++;
 		}
 		more = (n == BATCH) || in_pass || pass_wanted;
+		housekeeping_round(GetCurrentTimestamp());
+		more = more || in_sweep;
 		if (hash_get_num_entries(session_ends) > 0)
 			*next_session = end_sessions();
 	}
@@ -539,6 +624,7 @@ run_round(bool *gone, TimestampTz *next_session)
 	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
 	if (slot_is_mine())
 	{
+		my_slot->stats.last_error[0] = '\0';
 		my_slot->stats.announced += announced;
 		if (lag >= 0)
 			my_slot->stats.last_lag = lag;
@@ -570,6 +656,7 @@ sleep_until_due(TimestampTz next_session)
 		wake = Min(wake, next);
 	wake = Min(wake, hl_schedule_horizon(schedule));
 	wake = Min(wake, next_session);
+	wake = Min(wake, next_housekeeping);
 
 	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
 	if (!hl_mailbox_empty(my_slot))
@@ -621,6 +708,11 @@ recover_from_error(long *pause_ms)
 	in_pass = false;
 	pass_wanted = true;
 	pass_after = NULL;
+	in_sweep = false;
+	if (sweep_after != NULL)
+		pfree(sweep_after);
+	sweep_after = NULL;
+	next_housekeeping = GetCurrentTimestamp() + HOUSEKEEPING_EVERY_US;
 
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 *pause_ms, PG_WAIT_EXTENSION);
@@ -718,11 +810,21 @@ hoplock_worker_main(Datum arg)
 	/* an error: report it, clean up, pause, and start over (autovacuum's way) */
 	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
 	{
+		ErrorData  *edata;
+
 		HOLD_INTERRUPTS();
 		EmitErrorReport();
-		AbortOutOfAnyTransaction();
 		MemoryContextSwitchTo(TopMemoryContext);
+		edata = CopyErrorData();
+		AbortOutOfAnyTransaction();
 		FlushErrorState();
+		/* what went wrong, for hoplock_workers */
+		LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
+		if (slot_is_mine())
+			strlcpy(my_slot->stats.last_error, edata->message,
+					sizeof(my_slot->stats.last_error));
+		LWLockRelease(my_slot->lock);
+		FreeErrorData(edata);
 		RESUME_INTERRUPTS();
 		recover_from_error(&pause_ms);
 		session_ends = create_session_ends();
