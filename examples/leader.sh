@@ -1,36 +1,62 @@
 #!/bin/sh
 # leader.sh: run a job's work only while this process leads it.
 #   leader.sh [lease-name]      (connection from the usual PG* variables)
-# Acquire; while leading, do each unit of work behind the fence and renew at
-# a third of the ttl; stop leading the moment a renewal fails; release on
-# shutdown.
+#   LEADER_TTL=15               ttl in seconds, fractions allowed (0.5)
+#   LEADER_SCHEMA=hoplock       schema hoplock is installed in
+# Wait to lead; while leading, do each unit of work behind the fence and
+# renew at a third of the ttl; stop leading the moment a renewal fails
+# (or errs); release on shutdown.  The work here appends to work_log,
+# created if missing.
 lease=${1:-billing-scheduler}
 owner="$(hostname):$$"
-ttl=${LEADER_TTL:-15}     # seconds
+ttl=${LEADER_TTL:-15}
+schema=${LEADER_SCHEMA:-hoplock}
 gen=
 
-# psql reads SQL from stdin, so :'owner' and :'lease' are quoted safely
-q() { psql -X -q -At -v ON_ERROR_STOP=1 -v owner="$owner" -v lease="$lease" -v gen="$gen"; }
+case $ttl in
+    ''|*[!0-9.]*|*.*.*|.) echo "leader.sh: LEADER_TTL must be a number of seconds" >&2; exit 2 ;;
+esac
+# a third of the ttl, never below 10 ms
+pause=$(awk -v t="$ttl" 'BEGIN { p = t / 3; if (p < 0.01) p = 0.01; printf "%.3f", p }')
+
+# psql reads SQL from stdin, so :'owner', :'lease' and :"schema" are quoted
+# safely
+q() {
+    psql -X -q -At -v ON_ERROR_STOP=1 -v owner="$owner" -v lease="$lease" \
+        -v gen="$gen" -v ttl="$ttl seconds" -v schema="$schema"
+}
 
 release() {
-    [ -n "$gen" ] && echo "SELECT hoplock_release(:'lease', :'owner', :gen)" | q >/dev/null
+    [ -n "$gen" ] && echo "SELECT :\"schema\".hoplock_release(:'lease', :'owner', :gen)" | q >/dev/null
     exit 0
 }
 trap release INT TERM
 
+q <<'SQL' || exit 1
+SET client_min_messages = warning;
+CREATE TABLE IF NOT EXISTS work_log (
+    id         bigserial PRIMARY KEY,
+    lease      text NOT NULL,
+    owner      text NOT NULL,
+    generation bigint NOT NULL,
+    at         timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+SQL
+
 while :; do
-    gen=$(echo "SELECT generation FROM hoplock_acquire(:'lease', :'owner', '$ttl s')" | q)
+    # a follower: sleep in the server until the lease is free (or a ttl
+    # has passed), then take it
+    gen=$(echo "SELECT generation FROM :\"schema\".hoplock_wait(:'lease', :'owner', :'ttl', :'ttl')" | q)
     while [ -n "$gen" ]; do
         # the work: every statement behind the fence, in one transaction
         q <<'SQL' || break
 BEGIN;
-SELECT hoplock_fence(:'lease', :gen) \g /dev/null
+SELECT :"schema".hoplock_fence(:'lease', :gen) \g /dev/null
 INSERT INTO work_log (lease, owner, generation) VALUES (:'lease', :'owner', :gen);
 COMMIT;
 SQL
-        sleep $((ttl / 3))
-        gen=$(echo "SELECT generation FROM hoplock_renew(:'lease', :'owner', '$ttl s', :gen)" | q)
+        sleep "$pause"
+        gen=$(echo "SELECT generation FROM :\"schema\".hoplock_renew(:'lease', :'owner', :'ttl', :gen)" | q)
     done
     gen=
-    sleep $((ttl / 3))      # a follower: try again later
 done

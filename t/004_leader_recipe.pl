@@ -2,7 +2,9 @@
 # instances, one leads; it is stalled with SIGSTOP past its ttl, the other
 # takes over with a higher generation, and when the stalled one wakes its
 # fenced writes are refused.  In the work log no write of an older
-# generation follows one of a newer generation.
+# generation follows one of a newer generation.  Then with a ttl below 3 s,
+# given as a fraction: it leads, hands over on shutdown, and does not
+# busy-loop.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -17,9 +19,8 @@ $node->append_conf('postgresql.conf', "shared_preload_libraries = 'hoplock'");
 $node->start;
 $node->safe_psql(
 	'postgres', q{
-	CREATE EXTENSION hoplock;
-	CREATE TABLE work_log (id bigserial PRIMARY KEY, lease text, owner text,
-	                       generation bigint, at timestamptz DEFAULT clock_timestamp());
+	CREATE SCHEMA hoplock;
+	CREATE EXTENSION hoplock SCHEMA hoplock;
 });
 
 local $ENV{PGHOST} = $node->host;
@@ -52,7 +53,7 @@ kill 'CONT', $leader_pid;
 sleep 3;
 is($err_a =~ s/^ERROR:  lease "job" is at generation 2, not 1\n//mr, '',
 	'the woken leader saw no error but the fence\'s');
-like($node->safe_psql('postgres', q{SELECT owner || '/' || generation FROM hoplock_holder('job')}),
+like($node->safe_psql('postgres', q{SELECT owner || '/' || generation FROM hoplock.hoplock_holder('job')}),
 	qr{/2$}, 'the new leader still holds generation 2');
 is( $node->safe_psql(
 		'postgres', q{
@@ -70,8 +71,44 @@ $b->signal('TERM');
 $a->signal('TERM');
 $a->finish;
 $b->finish;
-is($node->safe_psql('postgres', q{SELECT count(*) FROM hoplock_leases WHERE NOT expired}),
+is($node->safe_psql('postgres', q{SELECT count(*) FROM hoplock.hoplock_leases WHERE NOT expired}),
 	'0', 'the leader released on SIGTERM');
+
+# A short, fractional ttl.
+local $ENV{LEADER_TTL} = '0.6';
+$node->safe_psql('postgres', 'TRUNCATE work_log');
+my ($out_c, $err_c, $out_d, $err_d) = ('', '', '', '');
+my $c = IPC::Run::start([ 'sh', 'examples/leader.sh', 'short' ], '>', \$out_c, '2>', \$err_c);
+my $d = IPC::Run::start([ 'sh', 'examples/leader.sh', 'short' ], '>', \$out_d, '2>', \$err_d);
+sleep 3;
+my ($owners, $rows) = split /\|/, $node->safe_psql('postgres',
+	q{SELECT count(DISTINCT owner), count(*) FROM work_log WHERE lease = 'short'});
+is($owners, '1', 'with a ttl of 0.6 s one instance leads');
+# a unit of work every 0.2 s: some 15 in 3 s, far from a busy loop
+cmp_ok($rows, '>=', 5, "it works ($rows units)");
+cmp_ok($rows, '<=', 30, 'at a third of the ttl, not in a busy loop');
+my $gen_before = $node->safe_psql('postgres', q{SELECT max(generation) FROM work_log WHERE lease = 'short'});
+# the leader stops: the other takes over within its wait, not a ttl later
+my $leader = $node->safe_psql('postgres',
+	q{SELECT owner FROM hoplock.hoplock_holder('short')});
+my ($stop, $stays) = $leader =~ /:$c->{KIDS}[0]{PID}$/ ? ($c, $d) : ($d, $c);
+$stop->signal('TERM');
+$stop->finish;
+$node->poll_query_until('postgres',
+	qq{SELECT max(generation) > $gen_before FROM work_log WHERE lease = 'short'})
+  or die 'the other instance never took over';
+pass('the other instance leads after the first shut down');
+$stays->signal('TERM');
+$stays->finish;
+is($err_c . $err_d, '', 'no errors from either instance');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM hoplock.hoplock_leases WHERE NOT expired'),
+	'0', 'both released');
+
+# A ttl that is not a number is refused at once.
+local $ENV{LEADER_TTL} = '1s';
+my ($out_e, $err_e) = ('', '');
+IPC::Run::run([ 'sh', 'examples/leader.sh', 'bad' ], '>', \$out_e, '2>', \$err_e);
+like($err_e, qr/LEADER_TTL must be a number of seconds/, 'a bad ttl is refused');
 
 $node->stop;
 done_testing();
