@@ -1,0 +1,82 @@
+# Debian's prometheus-postgres-exporter with the queries file shipped in
+# examples/prometheus: started against a scratch server, scraped over the
+# loopback, it exports who leads each name, the generation, the seconds
+# left, hoplock_stats' counters and the workers.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use HTTP::Tiny;
+use IPC::Run;
+use Cwd qw(abs_path);
+
+my $exporter = '/usr/bin/prometheus-postgres-exporter';
+plan skip_all => "$exporter is not installed" unless -x $exporter;
+
+my $node = PostgreSQL::Test::Cluster->new('prometheus');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'hoplock'");
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE SCHEMA hoplock;
+	CREATE EXTENSION hoplock SCHEMA hoplock;
+	SELECT hoplock.hoplock_acquire('billing-scheduler', 'host-a:4242', '1 h');
+	SELECT hoplock.hoplock_acquire('billing-scheduler', 'host-b:4343', '1 h');
+	SELECT hoplock.hoplock_acquire('mailer', 'host-b:4343', '10 min');
+	SELECT hoplock.hoplock_release('mailer', 'host-b:4343');
+	SELECT hoplock.hoplock_acquire('mailer', 'host-c:4444', '10 min');
+});
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock.hoplock_stats})
+  or die 'no counters';
+
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+my $dsn = sprintf('postgresql://%s@:%d/postgres?host=%s&sslmode=disable',
+	scalar(getpwuid($<)), $node->port, $node->host);
+my ($out, $err) = ('', '');
+my $h = IPC::Run::start(
+	[ $exporter, "--web.listen-address=127.0.0.1:$port",
+	  '--extend.query-path=' . abs_path('examples/prometheus/queries.yaml'),
+	  '--disable-settings-metrics' ],
+	'>', \$out, '2>', \$err,
+	init => sub { $ENV{DATA_SOURCE_NAME} = $dsn });
+
+my $metrics = '';
+for (1 .. 100)
+{
+	my $r = HTTP::Tiny->new(timeout => 5)->get("http://127.0.0.1:$port/metrics");
+	if ($r->{success} && $r->{content} =~ /hoplock_lease_held/)
+	{
+		$metrics = $r->{content};
+		last;
+	}
+	select(undef, undef, undef, 0.2);
+}
+$h->kill_kill;
+$h->finish;
+ok($metrics ne '', 'the exporter serves hoplock metrics') or diag($err);
+
+like($metrics, qr/^hoplock_lease_held\{[^}]*name="billing-scheduler"[^}]*owner="host-a:4242"[^}]*\} 1$/m,
+	'who leads billing-scheduler');
+like($metrics, qr/^hoplock_lease_generation\{[^}]*name="mailer"[^}]*owner="host-c:4444"[^}]*\} 2$/m,
+	'the generation of mailer\'s term');
+my ($left) = $metrics =~ /^hoplock_lease_seconds_left\{[^}]*name="billing-scheduler"[^}]*\} (\S+)$/m;
+ok(defined $left && $left > 3500 && $left <= 3600, 'seconds left of a 1 h term')
+  or diag($left // 'none');
+unlike($metrics, qr/owner="host-b:4343"/, 'no row for a contender or a released term');
+like($metrics, qr/^hoplock_stats_terms_begun\{[^}]*datname="postgres"[^}]*\} 3$/m,
+	'terms begun, from hoplock_stats');
+like($metrics, qr/^hoplock_stats_contended\{[^}]*datname="postgres"[^}]*\} 1$/m,
+	'contended calls');
+like($metrics, qr/^hoplock_stats_releases\{[^}]*datname="postgres"[^}]*\} 1$/m,
+	'releases');
+like($metrics, qr/^hoplock_worker_running\{[^}]*datname="postgres"[^}]*\} 1$/m,
+	'the worker runs');
+like($metrics, qr/^hoplock_terms_last_hour\{[^}]*name="mailer"[^}]*\} 2$/m,
+	'terms in the last hour, from the history');
+unlike($metrics, qr/^pg_exporter_user_queries_load_error\{[^}]*\} 1$/m,
+	'the queries file loads without error');
+
+$node->stop;
+done_testing();
