@@ -49,7 +49,7 @@ REGRESS = \
 	events \
 	durability \
 	guc \
-	hot \
+	hot_renewals \
 	two_phase \
 	table_integrity \
 	reinstall \

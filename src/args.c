@@ -22,17 +22,17 @@
 #include "utils/timestamp.h"
 
 static void
-check_not_null(FunctionCallInfo fcinfo, int argno, const char *what)
+check_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", what)));
+				 errmsg("argument \"%s\" must not be null", argname)));
 }
 
 /* Raise if UTF-8 text "p" holds a control character: C0, DEL or C1. */
 static void
-check_controls_utf8(const unsigned char *p, int len, const char *what)
+check_controls_utf8(const unsigned char *p, int len, const char *argname)
 {
 	for (int i = 0; i < len; i++)
 	{
@@ -48,7 +48,7 @@ check_controls_utf8(const unsigned char *p, int len, const char *what)
 		if (code >= 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("%s must not contain control characters", what),
+					 errmsg("argument \"%s\" must not contain control characters", argname),
 					 errdetail("It contains U+%04X.", code)));
 	}
 }
@@ -61,14 +61,14 @@ check_controls_utf8(const unsigned char *p, int len, const char *what)
  * encodings, its characters are judged by their Unicode code points.
  */
 text *
-hl_arg_name(FunctionCallInfo fcinfo, int argno, const char *what)
+hl_arg_name(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	text	   *arg;
 	const unsigned char *p;
 	int			len;
 	int			encoding = GetDatabaseEncoding();
 
-	check_not_null(fcinfo, argno, what);
+	check_not_null(fcinfo, argno, argname);
 	arg = PG_GETARG_TEXT_PP(argno);
 	p = (const unsigned char *) VARDATA_ANY(arg);
 	len = VARSIZE_ANY_EXHDR(arg);
@@ -76,30 +76,30 @@ hl_arg_name(FunctionCallInfo fcinfo, int argno, const char *what)
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", what)));
+				 errmsg("argument \"%s\" must not be empty", argname)));
 	if (len > HL_MAX_NAME_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s is too long", what),
+				 errmsg("argument \"%s\" is too long", argname),
 				 errdetail("It is %d bytes long; the limit is %d bytes.",
 						   len, HL_MAX_NAME_BYTES)));
 
 	if (encoding == PG_UTF8)
-		check_controls_utf8(p, len, what);
+		check_controls_utf8(p, len, argname);
 	else if (encoding == PG_SQL_ASCII)
 	{
 		if (!pg_verify_mbstr(PG_UTF8, (const char *) p, len, true))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("%s must be valid UTF-8", what),
+					 errmsg("argument \"%s\" must be valid UTF-8", argname),
 					 errdetail("In a SQL_ASCII database, names and owners are checked as UTF-8.")));
-		check_controls_utf8(p, len, what);
+		check_controls_utf8(p, len, argname);
 	}
 	else
 	{
 		const char *utf8 = pg_server_to_any((const char *) p, len, PG_UTF8);
 
-		check_controls_utf8((const unsigned char *) utf8, strlen(utf8), what);
+		check_controls_utf8((const unsigned char *) utf8, strlen(utf8), argname);
 	}
 
 	return arg;
@@ -119,26 +119,26 @@ interval_text(FunctionCallInfo fcinfo, int argno)
  * On overflow the result saturates in the direction of the day part.
  */
 static int64
-interval_usecs(FunctionCallInfo fcinfo, int argno, const char *what)
+interval_usecs(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	Interval   *interval;
 	int64		usecs;
 	int64		days;
 
-	check_not_null(fcinfo, argno, what);
+	check_not_null(fcinfo, argno, argname);
 	interval = PG_GETARG_INTERVAL_P(argno);
 
 	if (!hl_interval_is_finite(interval))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s \"%s\" is not finite", what,
-						interval_text(fcinfo, argno))));
+				 errmsg("interval \"%s\" of argument \"%s\" is not finite",
+						interval_text(fcinfo, argno), argname)));
 	if (interval->month != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s \"%s\" has a month or year part", what,
-						interval_text(fcinfo, argno)),
-				 errhint("Express the %s in days, hours, minutes or seconds.", what)));
+				 errmsg("interval \"%s\" of argument \"%s\" has a month or year part",
+						interval_text(fcinfo, argno), argname),
+				 errhint("Express it in days, hours, minutes or seconds.")));
 
 	if (pg_mul_s64_overflow((int64) interval->day, USECS_PER_DAY, &days) ||
 		pg_add_s64_overflow(interval->time, days, &usecs))
@@ -200,18 +200,18 @@ hl_arg_generation(FunctionCallInfo fcinfo, int argno)
 
 /* A required boolean. */
 bool
-hl_arg_bool(FunctionCallInfo fcinfo, int argno, const char *what)
+hl_arg_bool(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	if (PG_NARGS() <= argno)
 		return false;
-	check_not_null(fcinfo, argno, what);
+	check_not_null(fcinfo, argno, argname);
 	return PG_GETARG_BOOL(argno);
 }
 
 /* Any other required text argument, such as a handle. */
 text *
-hl_arg_text(FunctionCallInfo fcinfo, int argno, const char *what)
+hl_arg_text(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
-	check_not_null(fcinfo, argno, what);
+	check_not_null(fcinfo, argno, argname);
 	return PG_GETARG_TEXT_PP(argno);
 }

@@ -99,7 +99,7 @@ fenced_state(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	InitFunctionCallInfoData(*namecall, NULL, 1, InvalidOid, NULL, NULL);
 	namecall->args[0].value = CStringGetTextDatum(trigger->tgargs[0]);
 	namecall->args[0].isnull = false;
-	state->lease = hl_arg_name(namecall, 0, "lease name");
+	state->lease = hl_arg_name(namecall, 0, "name");
 	MemoryContextSwitchTo(old);
 	fcinfo->flinfo->fn_extra = state;
 	return state;

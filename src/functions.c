@@ -79,7 +79,7 @@ hoplock_acquire(PG_FUNCTION_ARGS)
 
 	req.op = LEASE_OP_ACQUIRE;
 	req.fn = "hoplock_acquire()";
-	req.name = hl_arg_name(fcinfo, 0, "lease name");
+	req.name = hl_arg_name(fcinfo, 0, "name");
 	req.owner = hl_arg_name(fcinfo, 1, "owner");
 	req.ttl = hl_arg_ttl(fcinfo, 2);
 	req.session_bound = hl_arg_bool(fcinfo, 3, "session_bound");
@@ -96,7 +96,7 @@ hoplock_wait(PG_FUNCTION_ARGS)
 
 	req.op = LEASE_OP_ACQUIRE;
 	req.fn = "hoplock_wait()";
-	req.name = hl_arg_name(fcinfo, 0, "lease name");
+	req.name = hl_arg_name(fcinfo, 0, "name");
 	req.owner = hl_arg_name(fcinfo, 1, "owner");
 	req.ttl = hl_arg_ttl(fcinfo, 2);
 	timeout = hl_arg_timeout(fcinfo, 3);
@@ -115,7 +115,7 @@ hoplock_renew(PG_FUNCTION_ARGS)
 
 	req.op = LEASE_OP_RENEW;
 	req.fn = "hoplock_renew()";
-	req.name = hl_arg_name(fcinfo, 0, "lease name");
+	req.name = hl_arg_name(fcinfo, 0, "name");
 	req.owner = hl_arg_name(fcinfo, 1, "owner");
 	req.ttl = hl_arg_ttl(fcinfo, 2);
 	if (PG_NARGS() > 3)
@@ -131,7 +131,7 @@ hoplock_release(PG_FUNCTION_ARGS)
 
 	req.op = LEASE_OP_RELEASE;
 	req.fn = "hoplock_release()";
-	req.name = hl_arg_name(fcinfo, 0, "lease name");
+	req.name = hl_arg_name(fcinfo, 0, "name");
 	req.owner = hl_arg_name(fcinfo, 1, "owner");
 	if (PG_NARGS() > 2)
 		req.generation = hl_arg_generation(fcinfo, 2);
@@ -146,7 +146,7 @@ hoplock_force_release(PG_FUNCTION_ARGS)
 
 	req.op = LEASE_OP_FORCE_RELEASE;
 	req.fn = "hoplock_force_release()";
-	req.name = hl_arg_name(fcinfo, 0, "lease name");
+	req.name = hl_arg_name(fcinfo, 0, "name");
 	return cas_returning_bool(&req);
 }
 
@@ -158,7 +158,7 @@ hoplock_write(PG_FUNCTION_ARGS)
 
 	req.op = LEASE_OP_WRITE;
 	req.fn = "hoplock_write()";
-	req.name = hl_arg_name(fcinfo, 0, "lease name");
+	req.name = hl_arg_name(fcinfo, 0, "name");
 	req.handle = PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1);
 	req.owner = hl_arg_name(fcinfo, 2, "owner");
 	req.ttl = hl_arg_ttl(fcinfo, 3);
@@ -173,7 +173,7 @@ hoplock_delete(PG_FUNCTION_ARGS)
 
 	req.op = LEASE_OP_DELETE;
 	req.fn = "hoplock_delete()";
-	req.name = hl_arg_name(fcinfo, 0, "lease name");
+	req.name = hl_arg_name(fcinfo, 0, "name");
 	req.handle = hl_arg_text(fcinfo, 1, "handle");
 	return cas_returning_bool(&req);
 }
@@ -182,7 +182,7 @@ hoplock_delete(PG_FUNCTION_ARGS)
 Datum
 hoplock_holder(PG_FUNCTION_ARGS)
 {
-	text	   *name = hl_arg_name(fcinfo, 0, "lease name");
+	text	   *name = hl_arg_name(fcinfo, 0, "name");
 	Lease		lease;
 
 	if (!hl_lease_lookup(name, &lease) ||
@@ -195,7 +195,7 @@ hoplock_holder(PG_FUNCTION_ARGS)
 Datum
 hoplock_read(PG_FUNCTION_ARGS)
 {
-	text	   *name = hl_arg_name(fcinfo, 0, "lease name");
+	text	   *name = hl_arg_name(fcinfo, 0, "name");
 	Lease		lease;
 
 	if (!hl_lease_lookup(name, &lease) || !hl_lease_has_state(&lease))
@@ -207,7 +207,7 @@ hoplock_read(PG_FUNCTION_ARGS)
 Datum
 hoplock_fence(PG_FUNCTION_ARGS)
 {
-	text	   *name = hl_arg_name(fcinfo, 0, "lease name");
+	text	   *name = hl_arg_name(fcinfo, 0, "name");
 	int64		generation = hl_arg_generation(fcinfo, 1);
 
 	hl_fence(name, generation);
@@ -219,7 +219,7 @@ hoplock_fence(PG_FUNCTION_ARGS)
 Datum
 hoplock_forget(PG_FUNCTION_ARGS)
 {
-	text	   *name = hl_arg_name(fcinfo, 0, "lease name");
+	text	   *name = hl_arg_name(fcinfo, 0, "name");
 
 	PG_RETURN_BOOL(hl_forget(name, 0, true));
 }
