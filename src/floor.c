@@ -348,17 +348,32 @@ hl_next_generation(const Lease *cur, int64 *generation, bool *busy)
 /*
  * The expiry worker, at start (after a promotion, say): record the
  * current timeline in the floor row before any term needs it, so that a
- * dump taken from now on knows it.
+ * dump taken from now on knows it.  Only a row that is there is brought up
+ * to date: a database without one may be in the middle of a restore
+ * (CREATE EXTENSION, which starts the worker, comes before the floor's
+ * row is copied in, and a row written now would make that copy fail).
+ * The first term writes it instead.
  */
 void
 hl_floor_refresh(void)
 {
-	int64		era;
-	int64		forgotten;
-	bool		wrote;
+	uint64		sysid = GetSystemIdentifier();
+	int64		tli = (int64) GetWALInsertionTimeLine();
+	HlRelation	rel;
+	FloorRow	f;
+	FloorRow	next;
 
 	register_callback();
-	(void) current_era(&era, &forgotten, &wrote);
+	if (!hl_open(HL_REL_FLOOR, RowExclusiveLock, false, &rel))
+		return;
+	read_floor(&rel, &f);
+	if (!f.found)
+	{
+		hl_close(&rel, false);
+		return;
+	}
+	(void) era_of(&f, sysid, MyDatabaseId, tli, &next);
+	hl_close(&rel, next.found && write_floor(&rel, &f, &next));
 }
 
 /*
@@ -382,6 +397,12 @@ hl_floor_raise_forgotten(int64 generation)
 	if (!hl_open(HL_REL_FLOOR, RowExclusiveLock, false, &rel))
 		return false;
 	read_floor(&rel, &f);
+	if (!f.found && IsBackgroundWorker)
+	{
+		/* the expiry worker writes no first row (see hl_floor_refresh) */
+		hl_close(&rel, false);
+		return false;
+	}
 	if (f.forgotten >= generation && f.found && !f.inflight)
 	{
 		(void) era_of(&f, sysid, MyDatabaseId, tli, &next);
