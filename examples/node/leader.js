@@ -1,0 +1,188 @@
+#!/usr/bin/env node
+// leader.js: run a job's work only while this process leads it (node-postgres).
+//
+//   node leader.js [lease-name]     connection from the usual PG* variables
+//   LEADER_TTL=15                   ttl in seconds (fractions allowed)
+//   LEADER_SCHEMA=hoplock           schema hoplock is installed in
+//   LEADER_SESSION_BOUND=1          bind the term to this connection
+//
+// The README's recipe: LISTEN first, then wait for the lease in the server;
+// while leading, fence each unit of work, renew at a third of the ttl, and
+// stop working the moment the local deadline -- the send time of the last
+// successful renewal plus the ttl, on the monotonic clock -- passes, or a
+// renewal says the term is gone.  A transient error is not loss: it
+// retries until the deadline.  Release on SIGTERM/SIGINT.
+//
+// node-postgres returns bigint as a string (a generation can exceed 2^53:
+// keep it a string, or BigInt) and drops the microseconds of timestamps
+// (select them as text, or as epoch numbers, if they matter).  The work
+// here appends to work_log, created if missing.
+'use strict';
+
+const os = require('os');
+const { Client } = require('pg');
+
+const lease = process.argv[2] || 'billing-scheduler';
+const owner = `${os.hostname()}:${process.pid}`;
+const ttl = Number(process.env.LEADER_TTL || '15');
+const schema = process.env.LEADER_SCHEMA || 'hoplock';
+const sessionBound = !['', '0', undefined].includes(process.env.LEADER_SESSION_BOUND);
+if (!(ttl > 0)) {
+  console.error('leader.js: LEADER_TTL must be a positive number of seconds');
+  process.exit(2);
+}
+const ttlSql = `${ttl} seconds`;
+const q = (name) => `"${schema.replace(/"/g, '""')}".${name}`;
+
+// errors that say nothing about the lease: retry until the deadline
+const TRANSIENT = new Set(['55P03', '40001', '57P01', '08006', '08003', '08000']);
+const transient = (e) => TRANSIENT.has(e.code) || !e.code;
+
+const now = () => Number(process.hrtime.bigint()) / 1e9; // monotonic seconds
+const sleep = (s) => new Promise((r) => setTimeout(r, s * 1000));
+
+let stopping = false;
+let conn;
+let generation = null; // a string: bigint as node-postgres returns it
+let endedByEvent = false;
+
+async function connect() {
+  for (;;) {
+    const c = new Client();
+    c.on('error', () => {}); // a dropped connection shows in the next query
+    try {
+      await c.connect();
+      return c;
+    } catch (e) {
+      await sleep(Math.min(ttl / 10, 1));
+    }
+  }
+}
+
+async function reconnect() {
+  try { await conn.end(); } catch (e) { /* gone already */ }
+  conn = await connect();
+}
+
+async function holderGeneration() {
+  const r = await conn.query(`SELECT generation FROM ${q('hoplock_holder')}($1)`, [lease]);
+  return r.rows[0].generation;
+}
+
+async function work() {
+  await conn.query('BEGIN');
+  try {
+    await conn.query(`SELECT ${q('hoplock_fence')}($1, $2)`, [lease, generation]);
+    await conn.query('INSERT INTO work_log (lease, owner, generation) VALUES ($1, $2, $3)',
+      [lease, owner, generation]);
+    await conn.query('COMMIT');
+  } catch (e) {
+    await conn.query('ROLLBACK').catch(() => {});
+    throw e;
+  }
+}
+
+async function lead(sentAt) {
+  let deadline = sentAt + ttl;
+  let nextRenew = sentAt + ttl / 3;
+  endedByEvent = false;
+  while (!stopping && now() < deadline) {
+    if (endedByEvent) {
+      endedByEvent = false;
+      if ((await holderGeneration()) !== generation) {
+        console.log('lost: the term ended');
+        return;
+      }
+    }
+    try {
+      await work();
+    } catch (e) {
+      if (e.code === '55P03') {
+        // fenced out, or the table busy for a moment: ask
+        if ((await holderGeneration().catch(() => generation)) !== generation) {
+          console.log('lost: fenced out');
+          return;
+        }
+      } else if (transient(e)) {
+        await reconnect();
+      } else {
+        throw e;
+      }
+    }
+    if (now() >= nextRenew) {
+      const t0 = now();
+      let r;
+      try {
+        r = await conn.query(`SELECT generation FROM ${q('hoplock_renew')}($1, $2, $3, $4)`,
+          [lease, owner, ttlSql, generation]);
+      } catch (e) {
+        if (!transient(e)) throw e;
+        await reconnect();
+        nextRenew = Math.min(deadline, now() + ttl / 10);
+        continue;
+      }
+      if (r.rows[0].generation === null) {
+        console.log('lost: the renewal found the term gone');
+        return;
+      }
+      deadline = t0 + ttl;
+      nextRenew = t0 + ttl / 3;
+    }
+    await sleep(Math.min(ttl / 10, 0.5));
+  }
+  if (!stopping) console.log('lost: no renewal before the deadline');
+}
+
+async function main() {
+  const listener = await connect();
+  await listener.query('LISTEN hoplock');
+  listener.on('notification', (n) => {
+    // events are hints (any role may NOTIFY): lead() confirms
+    let ev;
+    try { ev = JSON.parse(n.payload); } catch (e) { return; }
+    if (ev.name === lease && String(ev.generation) === generation &&
+        (ev.event === 'released' || ev.event === 'expired')) {
+      endedByEvent = true;
+    }
+  });
+  conn = await connect();
+  await conn.query('SET client_min_messages = warning');
+  await conn.query(`CREATE TABLE IF NOT EXISTS work_log (
+      id bigserial PRIMARY KEY, lease text NOT NULL, owner text NOT NULL,
+      generation bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`);
+
+  const stop = () => { stopping = true; };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+
+  while (!stopping) {
+    const sentAt = now();
+    let r;
+    try {
+      r = await conn.query(`SELECT generation FROM ${q('hoplock_wait')}($1, $2, $3, $4, $5)`,
+        [lease, owner, ttlSql, ttlSql, sessionBound]);
+    } catch (e) {
+      if (e.code === '57014' && stopping) break;
+      if (!transient(e)) throw e;
+      await reconnect();
+      continue;
+    }
+    generation = r.rows[0].generation;
+    if (generation === null) continue;
+    console.log(`leading, generation ${generation}`);
+    await lead(sentAt);
+    if (stopping) break;
+    generation = null;
+  }
+  if (generation !== null) {
+    await conn.query(`SELECT ${q('hoplock_release')}($1, $2, $3)`, [lease, owner, generation])
+      .catch(() => {});
+  }
+  await conn.end().catch(() => {});
+  await listener.end().catch(() => {});
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""leader.py: run a job's work only while this process leads it (psycopg2).
+
+    python3 leader.py [lease-name]     connection from the usual PG* variables
+    LEADER_TTL=15                      ttl in seconds (fractions allowed)
+    LEADER_SCHEMA=hoplock              schema hoplock is installed in
+    LEADER_SESSION_BOUND=1             bind the term to this connection
+
+The README's recipe: LISTEN first, then wait for the lease in the server;
+while leading, fence each unit of work, renew at a third of the ttl, and
+stop working the moment the local deadline -- the send time of the last
+successful renewal plus the ttl, on the monotonic clock -- passes, or a
+renewal says the term is gone.  A transient error is not loss: it retries
+until the deadline.  Release on SIGTERM/SIGINT.
+
+psycopg2 returns a composite (hoplock_lease) as one text value unless it is
+registered, so the queries select the columns they need; "no lease" is a
+row of NULLs.  The work here appends to work_log, created if missing.
+"""
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+import psycopg2
+import psycopg2.errors
+import psycopg2.extensions
+from psycopg2 import sql
+
+LEASE = sys.argv[1] if len(sys.argv) > 1 else "billing-scheduler"
+OWNER = "%s:%d" % (socket.gethostname(), os.getpid())
+TTL = float(os.environ.get("LEADER_TTL", "15"))
+SCHEMA = os.environ.get("LEADER_SCHEMA", "hoplock")
+SESSION_BOUND = os.environ.get("LEADER_SESSION_BOUND", "") not in ("", "0")
+if TTL <= 0:
+    sys.exit("leader.py: LEADER_TTL must be a positive number of seconds")
+TTL_SQL = "%.6f seconds" % TTL
+
+# errors that say nothing about the lease: retry until the deadline
+TRANSIENT = (psycopg2.OperationalError, psycopg2.errors.LockNotAvailable,
+             psycopg2.errors.SerializationFailure)
+
+
+def fn(name):
+    """A function of hoplock's, schema-qualified (never via search_path)."""
+    return sql.SQL("{}.{}").format(sql.Identifier(SCHEMA), sql.Identifier(name))
+
+
+class Stop(Exception):
+    pass
+
+
+def on_signal(signum, frame):
+    raise Stop()
+
+
+def connect():
+    conn = psycopg2.connect("")
+    conn.autocommit = True
+    return conn
+
+
+def one(conn, query, args):
+    with conn.cursor() as cur:
+        cur.execute(query, args)
+        return cur.fetchone()
+
+
+def campaign(conn):
+    """Wait in the server up to a ttl for the lease; its generation or None."""
+    q = sql.SQL("SELECT generation FROM {}(%s, %s, %s, %s, %s)").format(fn("hoplock_wait"))
+    return one(conn, q, (LEASE, OWNER, TTL_SQL, TTL_SQL, SESSION_BOUND))[0]
+
+
+def work(conn, generation):
+    """One unit of work, behind the fence, in one transaction."""
+    conn.autocommit = False
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql.SQL("SELECT {}(%s, %s)").format(fn("hoplock_fence")),
+                        (LEASE, generation))
+            cur.execute("INSERT INTO work_log (lease, owner, generation) VALUES (%s, %s, %s)",
+                        (LEASE, OWNER, generation))
+        conn.commit()
+    except Exception:
+        conn.rollback()
+        raise
+    finally:
+        conn.autocommit = True
+
+
+def term_ended(listener, generation):
+    """Did an event say our term ended?  Events are hints: any role may NOTIFY."""
+    ended = False
+    if select.select([listener], [], [], 0)[0]:
+        listener.poll()
+        while listener.notifies:
+            try:
+                event = json.loads(listener.notifies.pop(0).payload)
+            except ValueError:
+                continue
+            if event.get("name") == LEASE and event.get("generation") == generation \
+                    and event.get("event") in ("released", "expired"):
+                ended = True
+    return ended
+
+
+def holder_generation(conn):
+    q = sql.SQL("SELECT generation FROM {}(%s)").format(fn("hoplock_holder"))
+    return one(conn, q, (LEASE,))[0]
+
+
+def lead(conn, listener, generation, sent_at):
+    """Work while leading; returns the connection when the term is over."""
+    deadline = sent_at + TTL
+    next_renew = sent_at + TTL / 3
+    renew = sql.SQL("SELECT generation FROM {}(%s, %s, %s, %s)").format(fn("hoplock_renew"))
+    while time.monotonic() < deadline:
+        if term_ended(listener, generation) and holder_generation(conn) != generation:
+            print("lost: the term ended", flush=True)
+            return conn
+        try:
+            work(conn, generation)
+        except psycopg2.errors.LockNotAvailable:
+            # fenced out, or the table busy for a moment: ask
+            if holder_generation(conn) != generation:
+                print("lost: fenced out", flush=True)
+                return conn
+        except TRANSIENT:
+            conn = reconnect(conn)
+        if time.monotonic() >= next_renew:
+            t0 = time.monotonic()
+            try:
+                got = one(conn, renew, (LEASE, OWNER, TTL_SQL, generation))[0]
+            except TRANSIENT:
+                conn = reconnect(conn)
+                next_renew = min(deadline, time.monotonic() + TTL / 10)
+                continue
+            if got is None:
+                print("lost: the renewal found the term gone", flush=True)
+                return conn
+            deadline = t0 + TTL
+            next_renew = t0 + TTL / 3
+        time.sleep(min(TTL / 10, 0.5))
+    print("lost: no renewal before the deadline", flush=True)
+    return conn
+
+
+def reconnect(conn):
+    try:
+        conn.close()
+    except Exception:
+        pass
+    while True:
+        try:
+            return connect()
+        except psycopg2.OperationalError:
+            time.sleep(min(TTL / 10, 1))
+
+
+def main():
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    conn = connect()
+    listener = connect()
+    with listener.cursor() as cur:
+        cur.execute("LISTEN hoplock")
+    with conn.cursor() as cur:
+        cur.execute("SET client_min_messages = warning")
+        cur.execute("""CREATE TABLE IF NOT EXISTS work_log (
+                           id bigserial PRIMARY KEY, lease text NOT NULL,
+                           owner text NOT NULL, generation bigint NOT NULL,
+                           at timestamptz NOT NULL DEFAULT clock_timestamp())""")
+    generation = None
+    try:
+        while True:
+            sent_at = time.monotonic()
+            try:
+                generation = campaign(conn)
+            except TRANSIENT:
+                conn = reconnect(conn)
+                continue
+            if generation is None:
+                continue
+            print("leading, generation %d" % generation, flush=True)
+            conn = lead(conn, listener, generation, sent_at)
+            generation = None
+    except Stop:
+        if generation is not None:
+            try:
+                one(conn, sql.SQL("SELECT {}(%s, %s, %s)").format(fn("hoplock_release")),
+                    (LEASE, OWNER, generation))
+            except psycopg2.Error:
+                pass
+
+
+if __name__ == "__main__":
+    main()
