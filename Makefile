@@ -85,7 +85,7 @@ include $(PGXS)
 $(OBJS): src/hoplock.h src/compat.h src/schedule.h src/shmem.h
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test demo bench bench-quick
+.PHONY: check-regress check-isolation check-tap test demo bench bench-quick dist
 
 check-regress:
 	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
@@ -107,3 +107,8 @@ bench:
 
 bench-quick:
 	bench/run --quick
+
+# The PGXN distribution hoplock-VERSION.zip of the committed tree;
+# make dist DIST_FLAGS=--worktree: of the working tree as it is.
+dist:
+	scripts/dist $(DIST_FLAGS)

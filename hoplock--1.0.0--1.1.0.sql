@@ -8,7 +8,7 @@
 -- may change them.
 ALTER TABLE hoplock_internal.lease ADD COLUMN owner_roleid oid;
 UPDATE hoplock_internal.lease AS l
-   SET owner_roleid = pg_catalog.coalesce(
+   SET owner_roleid = COALESCE(
            (SELECT r.oid FROM pg_catalog.pg_authid AS r
              WHERE r.rolname OPERATOR(pg_catalog.=) l.owner_role),
            0::pg_catalog.oid);

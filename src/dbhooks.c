@@ -43,7 +43,9 @@
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "commands/extension.h"
+#include "datatype/timestamp.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/syscache.h"
@@ -53,6 +55,8 @@ static ProcessUtility_hook_type prev_utility_hook = NULL;
 
 /* End-of-transaction work */
 static bool wake_at_commit = false; /* CREATE EXTENSION */
+static bool read_again_at_commit = false;	/* ALTER EXTENSION, COPY into
+											 * hoplock's tables */
 static bool stop_at_commit = false; /* DROP EXTENSION */
 static bool installed_at_commit = false;	/* the extension is there when
 											 * the transaction commits */
@@ -211,6 +215,28 @@ statement_over(Oid dboid)
 }
 
 /*
+ * Does the statement change what the expiry worker must know, behind the
+ * calls that tell it: an update of the extension (a worker waiting for it
+ * can start again), or a COPY into one of its tables (pg_restore's, which
+ * brings running terms in after CREATE EXTENSION started the worker)?
+ */
+static bool
+changes_state_behind_hoplock(Node *stmt)
+{
+	if (IsA(stmt, AlterExtensionStmt))
+		return strcmp(((AlterExtensionStmt *) stmt)->extname, "hoplock") == 0;
+	if (IsA(stmt, CopyStmt))
+	{
+		CopyStmt   *copy = (CopyStmt *) stmt;
+
+		return copy->is_from && copy->relation != NULL &&
+			copy->relation->schemaname != NULL &&
+			strcmp(copy->relation->schemaname, HL_SCHEMA) == 0;
+	}
+	return false;
+}
+
+/*
  * Stop the worker of a database that a statement needs alone, before the
  * statement checks for other sessions; afterwards, whether it worked or
  * not, have the launcher look at that database again (and at the one
@@ -246,6 +272,8 @@ utility(HL_UTILITY_ARGS)
 	if (hl_shared != NULL && IsA(stmt, CreatedbStmt))
 		hl_wake_launcher(get_database_oid(((CreatedbStmt *) stmt)->dbname,
 										  true));
+	if (hl_shared != NULL && changes_state_behind_hoplock(stmt))
+		read_again_at_commit = true;
 }
 
 static void
@@ -271,13 +299,22 @@ xact_callback(XactEvent event, void *arg)
 				hl_stop_worker(MyDatabaseId, STOP_EXTENSION_DROPPED);
 			if ((wake_at_commit || stop_at_commit) && installed_at_commit)
 				hl_wake_launcher(MyDatabaseId);
-			wake_at_commit = stop_at_commit = false;
+			if (read_again_at_commit)
+			{
+				HlMessage	again;
+
+				memset(&again, 0, sizeof(again));
+				again.kind = HL_MSG_READ_AGAIN;
+				again.expires_at = DT_NOBEGIN;
+				hl_post(MyDatabaseId, &again);
+			}
+			wake_at_commit = stop_at_commit = read_again_at_commit = false;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
-			wake_at_commit = stop_at_commit = false;
+			wake_at_commit = stop_at_commit = read_again_at_commit = false;
 			break;
 		default:
 			break;

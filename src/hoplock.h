@@ -16,6 +16,8 @@
 
 #include "postgres.h"
 
+#include "compat.h"			/* version shims, used below too */
+
 #include "access/tableam.h"
 #include "access/transam.h"
 #include "datatype/timestamp.h"
@@ -28,6 +30,9 @@
 #include "utils/snapshot.h"
 
 /* Largest lease name or owner, in bytes. */
+/* The schema of the extension's tables */
+#define HL_SCHEMA			"hoplock_internal"
+
 #define HL_MAX_NAME_BYTES	256
 
 /* Row states of hoplock_internal.lease.state */

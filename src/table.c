@@ -65,7 +65,6 @@
 
 /* The SQL objects this library works with */
 #define HL_SQL_VERSION		"1.1.0"
-#define HL_SCHEMA			"hoplock_internal"
 
 /* Longest wait for a lock on one of the tables */
 #define HL_LOCK_WAIT_MS		10
@@ -565,7 +564,7 @@ hl_open(HlRel which, LOCKMODE lockmode, bool wait, HlRelation *rel)
 		if (specs[which].key.nkeys == 0)
 			break;
 
-		indexid = RelationGetPrimaryKeyIndex(rel->heap);
+		indexid = hl_primary_key_index(rel->heap);
 		if (!OidIsValid(indexid))
 			untrusted(errmsg("table \"%s\" has no valid primary key",
 							 qualified_name(rel->heap)));
@@ -577,7 +576,7 @@ hl_open(HlRel which, LOCKMODE lockmode, bool wait, HlRelation *rel)
 			return false;
 		}
 		/* the primary key may have moved to another index meanwhile */
-		if (RelationGetPrimaryKeyIndex(rel->heap) == indexid)
+		if (hl_primary_key_index(rel->heap) == indexid)
 			break;
 		UnlockRelationOid(indexid, lockmode);
 		relation_close(rel->heap, lockmode);
