@@ -69,6 +69,7 @@ ISOLATION = \
 	renew_table_busy \
 	fenced_writes \
 	events_resume \
+	history_busy \
 	reindex_concurrently
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 

@@ -37,6 +37,8 @@ CREATE TABLE hoplock_internal.floor (
 ) WITH (vacuum_truncate = false);
 
 CREATE UNIQUE INDEX floor_one_row ON hoplock_internal.floor ((true));
+-- logical replication of the database needs an identity for its updates
+ALTER TABLE hoplock_internal.floor REPLICA IDENTITY FULL;
 
 COMMENT ON TABLE hoplock_internal.floor IS
     'generation floor: era of timeline T is base_era + T - base_timeline in the cluster and database named';

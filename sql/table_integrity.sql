@@ -94,6 +94,19 @@ SELECT hoplock_acquire('ti-untrusted', 'a', '1 h');
 \echo :LAST_ERROR_SQLSTATE
 DROP TRIGGER lease_before ON hoplock_internal.lease;
 
+-- a deferrable trigger (hoplock fires triggers at once), such as a
+-- deferrable foreign key's referencing this table
+CREATE TABLE ti_jobs (lease text REFERENCES hoplock_internal.lease (name)
+                      DEFERRABLE INITIALLY DEFERRED);
+DO $$
+BEGIN
+    PERFORM hoplock_acquire('ti-untrusted', 'a', '1 h');
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+    -- (the trigger's name holds an OID)
+    RAISE NOTICE '55000: %', regexp_replace(SQLERRM, '_[0-9]+"', '_N"');
+END $$;
+DROP TABLE ti_jobs;
+
 -- a rule
 CREATE RULE lease_rule AS ON UPDATE TO hoplock_internal.lease DO ALSO NOTIFY lease_rule;
 SELECT hoplock_renew('ti-check', 'short', '1 h');
@@ -147,3 +160,14 @@ SELECT * FROM check_lease_indexes();
 DROP TABLE lease_log;
 DROP FUNCTION log_lease();
 DROP FUNCTION check_lease_indexes();
+
+-- A publication of every table (logical replication): hoplock's updates
+-- and deletes satisfy its replica identity checks, as the executor's do.
+SET client_min_messages = error;
+CREATE PUBLICATION ti_all FOR ALL TABLES;
+RESET client_min_messages;
+SELECT show(hoplock_acquire('ti-pub', 'a', '1 h'));
+SELECT show(hoplock_renew('ti-pub', 'a', '1 h'));
+SELECT hoplock_release('ti-pub', 'a');
+SELECT relreplident FROM pg_class WHERE oid = 'hoplock_internal.floor'::regclass;
+DROP PUBLICATION ti_all;

@@ -21,10 +21,13 @@
 #include "access/xlog.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
+#include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "storage/bufmgr.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
+#include "utils/relcache.h"
 #include "utils/timestamp.h"
 
 #if PG_VERSION_NUM >= 140000
@@ -38,6 +41,18 @@
 #include "storage/sinvaladt.h"
 #endif
 
+/*
+ * PostgreSQL 18 replaced the pg_attribute_noreturn() suffix with a
+ * pg_noreturn prefix.
+ */
+#ifndef pg_attribute_noreturn
+#if defined(__GNUC__) || defined(__SUNPRO_C)
+#define pg_attribute_noreturn() __attribute__((noreturn))
+#else
+#define pg_attribute_noreturn()
+#endif
+#endif
+
 /* PostgreSQL 18 added an instrumentation argument to index_beginscan. */
 static inline IndexScanDesc
 hl_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
@@ -47,6 +62,20 @@ hl_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
 	return index_beginscan(heap, index, snapshot, NULL, nkeys, 0);
 #else
 	return index_beginscan(heap, index, snapshot, nkeys, 0);
+#endif
+}
+
+/*
+ * PostgreSQL 18 added deferrable_ok to RelationGetPrimaryKeyIndex; hoplock
+ * wants what earlier versions return, a primary key that is not deferrable.
+ */
+static inline Oid
+hl_primary_key_index(Relation rel)
+{
+#if PG_VERSION_NUM >= 180000
+	return RelationGetPrimaryKeyIndex(rel, false);
+#else
+	return RelationGetPrimaryKeyIndex(rel);
 #endif
 }
 
@@ -63,6 +92,13 @@ typedef enum HlIndexUpdate
  * version.  Since PostgreSQL 16 heap_update says so itself (and HOT updates
  * can still need entries in summarizing indexes); before, the new tuple is
  * marked heap-only.
+ *
+ * heap_update cannot be asked not to wait: with wait = false it asserts that
+ * no other transaction is changing or locking the row (no caller of
+ * PostgreSQL's does that).  So the row is locked first, without waiting, as
+ * SELECT ... FOR UPDATE SKIP LOCKED locks it; with that lock held heap_update
+ * finds only this transaction's own lock and has nothing to wait for.  A row
+ * another transaction holds is reported as TM_BeingModified.
  */
 static inline TM_Result
 hl_heap_update(Relation rel, ItemPointer otid, HeapTuple newtup,
@@ -70,16 +106,31 @@ hl_heap_update(Relation rel, ItemPointer otid, HeapTuple newtup,
 {
 	LockTupleMode lockmode;
 	TM_Result	result;
+	HeapTupleData oldtup;
+	Buffer		buffer;
 #if PG_VERSION_NUM >= 160000
 	TU_UpdateIndexes update_indexes = TU_None;
+#endif
 
-	result = heap_update(rel, otid, newtup, cid, InvalidSnapshot, false,
+	*indexes = HL_INDEX_NONE;
+	oldtup.t_self = *otid;
+	result = heap_lock_tuple(rel, &oldtup, cid, LockTupleExclusive,
+							 LockWaitSkip, false, &buffer, tmfd);
+	if (BufferIsValid(buffer))
+		ReleaseBuffer(buffer);
+	if (result == TM_WouldBlock)
+		return TM_BeingModified;
+	if (result != TM_Ok)
+		return result;
+
+#if PG_VERSION_NUM >= 160000
+	result = heap_update(rel, otid, newtup, cid, InvalidSnapshot, true,
 						 tmfd, &lockmode, &update_indexes);
 	*indexes = update_indexes == TU_All ? HL_INDEX_ALL :
 		update_indexes == TU_Summarizing ? HL_INDEX_SUMMARIZING :
 		HL_INDEX_NONE;
 #else
-	result = heap_update(rel, otid, newtup, cid, InvalidSnapshot, false,
+	result = heap_update(rel, otid, newtup, cid, InvalidSnapshot, true,
 						 tmfd, &lockmode);
 	*indexes = (result == TM_Ok && !HeapTupleIsHeapOnly(newtup)) ?
 		HL_INDEX_ALL : HL_INDEX_NONE;
@@ -216,6 +267,11 @@ GetWALInsertionTimeLine(void)
 {
 	return ThisTimeLineID;
 }
+#endif
+
+/* PostgreSQL 17 replaced IsBackgroundWorker. */
+#if PG_VERSION_NUM < 170000
+#define AmBackgroundWorkerProcess() IsBackgroundWorker
 #endif
 
 /* PostgreSQL 15 renamed EmitWarningsOnPlaceholders. */

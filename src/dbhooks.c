@@ -58,6 +58,7 @@ static bool wake_at_commit = false; /* CREATE EXTENSION */
 static bool read_again_at_commit = false;	/* ALTER EXTENSION, COPY into
 											 * hoplock's tables */
 static bool stop_at_commit = false; /* DROP EXTENSION */
+static Oid	created_database = InvalidOid;	/* CREATE DATABASE */
 static bool installed_at_commit = false;	/* the extension is there when
 											 * the transaction commits */
 
@@ -74,12 +75,26 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId,
 	if (prev_object_access_hook)
 		prev_object_access_hook(access, classId, objectId, subId, arg);
 
-	if (hl_shared != NULL && access == OAT_DROP &&
-		classId == ExtensionRelationId && subId == 0)
+	if (access == OAT_DROP && classId == ExtensionRelationId && subId == 0)
 	{
 		char	   *name = get_extension_name(objectId);
 
-		if (name != NULL && strcmp(name, "hoplock") == 0)
+		if (name == NULL || strcmp(name, "hoplock") != 0)
+			return;
+
+		/*
+		 * Only a superuser may create hoplock, so only a superuser may drop
+		 * it -- also through DROP SCHEMA ... CASCADE or DROP OWNED by the
+		 * owner of the schema it was installed in: dropping it forgets every
+		 * lease, and the generations start again at 1.
+		 */
+		if (!superuser())
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied to drop extension \"hoplock\""),
+					 errdetail("Dropping it forgets every lease and the generations they reached."),
+					 errhint("Only a superuser may drop it.")));
+		if (hl_shared != NULL)
 			stop_at_commit = true;
 	}
 }
@@ -269,9 +284,10 @@ utility(HL_UTILITY_ARGS)
 	}
 	PG_END_TRY();
 
+	/* the launcher sees the new database once this commits */
 	if (hl_shared != NULL && IsA(stmt, CreatedbStmt))
-		hl_wake_launcher(get_database_oid(((CreatedbStmt *) stmt)->dbname,
-										  true));
+		created_database = get_database_oid(((CreatedbStmt *) stmt)->dbname,
+											true);
 	if (hl_shared != NULL && changes_state_behind_hoplock(stmt))
 		read_again_at_commit = true;
 }
@@ -299,6 +315,8 @@ xact_callback(XactEvent event, void *arg)
 				hl_stop_worker(MyDatabaseId, STOP_EXTENSION_DROPPED);
 			if ((wake_at_commit || stop_at_commit) && installed_at_commit)
 				hl_wake_launcher(MyDatabaseId);
+			if (OidIsValid(created_database))
+				hl_wake_launcher(created_database);
 			if (read_again_at_commit)
 			{
 				HlMessage	again;
@@ -309,12 +327,14 @@ xact_callback(XactEvent event, void *arg)
 				hl_post(MyDatabaseId, &again);
 			}
 			wake_at_commit = stop_at_commit = read_again_at_commit = false;
+			created_database = InvalidOid;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			wake_at_commit = stop_at_commit = read_again_at_commit = false;
+			created_database = InvalidOid;
 			break;
 		default:
 			break;

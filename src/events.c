@@ -33,6 +33,7 @@
 #include "shmem.h"
 
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "commands/sequence.h"
@@ -41,9 +42,13 @@
 #include "storage/proc.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/datetime.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
+
+/* Fraction of the NOTIFY queue above which events are not sent */
+#define NOTIFY_QUEUE_LIMIT	0.5
 
 /* A log line waiting for its transaction to commit */
 typedef struct PendingLine
@@ -56,8 +61,13 @@ typedef struct PendingLine
 /* Newest first, in TopTransactionContext */
 static PendingLine *pending_lines = NULL;
 
-/* This transaction published the first event number it took */
+/*
+ * This transaction published the first event number it took, in the
+ * subtransaction of nesting level seq_published_level (an abort of that
+ * subtransaction takes the number back with it).
+ */
 static bool seq_published = false;
+static int	seq_published_level = 0;
 
 /* An instant as JSON writes it, always in UTC */
 static void
@@ -154,6 +164,7 @@ next_seq(void)
 		entry->dboid = MyDatabaseId;
 		entry->first_seq = seq;
 		seq_published = true;
+		seq_published_level = GetCurrentTransactionNestLevel();
 	}
 	LWLockRelease(hl_shared->seq_lock);
 	return seq;
@@ -169,9 +180,35 @@ hl_event_horizon(void)
 {
 	int64		horizon = PG_INT64_MAX;
 	int			me;
+	Oid			seqid;
+	Datum		last;
+	Oid			save_userid;
+	int			save_sec_context;
+	FunctionCallInfo fcinfo;
 
 	if (hl_shared == NULL)
 		return horizon;
+
+	/*
+	 * First the last number handed out: a number taken after this is above
+	 * it.  A number taken before it was published together with its taking
+	 * (under seq_lock), so the scan below sees its transaction if that is
+	 * still running.  (The sequence is the extension's, read as its owner
+	 * would: callers have no rights on it.)
+	 */
+	seqid = hl_sequence_oid("event_seq");
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	fcinfo = palloc0(SizeForFunctionCallInfo(1));
+	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = ObjectIdGetDatum(seqid);
+	fcinfo->args[0].isnull = false;
+	last = pg_sequence_last_value(fcinfo);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	horizon = fcinfo->isnull ? 0 : DatumGetInt64(last);
+	pfree(fcinfo);
+
 	me = hl_proc_index();
 	LWLockAcquire(hl_shared->seq_lock, LW_SHARED);
 	for (int i = 0; i < hl_shared->nprocs; i++)
@@ -207,7 +244,22 @@ hl_event(const char *event, const Lease *lease)
 	char	   *owner = text_to_cstring(lease->owner);
 	int64		seq = next_seq();
 
-	Async_Notify(hl_channel, build_payload(event, name, owner, lease, seq));
+	/*
+	 * A NOTIFY queue that is nearly full (a listener that stopped reading,
+	 * any role's flood) would make this transaction fail at commit, and
+	 * with it every change of every lease: the event is dropped instead,
+	 * and stays readable from the history (hoplock_events).
+	 */
+	if (DatumGetFloat8(DirectFunctionCall1(pg_notification_queue_usage,
+										   (Datum) 0)) < NOTIFY_QUEUE_LIMIT)
+		Async_Notify(hl_channel, build_payload(event, name, owner, lease, seq));
+	else
+		ereport(WARNING,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("hoplock did not send the \"%s\" event of lease \"%s\": the NOTIFY queue is nearly full",
+						event, name),
+				 errdetail("Event number " INT64_FORMAT " can be read with hoplock_events().", seq),
+				 errhint("A session that listens but does not read, or sits in a long transaction, holds the queue: see pg_notification_queue_usage().")));
 	if (hl_log_events)
 		queue_log_line(event, name, owner, lease);
 	return seq;
@@ -256,12 +308,17 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	{
 		while (pending_lines != NULL && pending_lines->nest_level >= level)
 			pending_lines = pending_lines->next;
+		/* its numbers are gone: nothing of ours can appear below them */
+		if (seq_published && seq_published_level >= level)
+			unpublish_seq();
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
 		for (PendingLine *item = pending_lines;
 			 item != NULL && item->nest_level >= level; item = item->next)
 			item->nest_level = level - 1;
+		if (seq_published && seq_published_level >= level)
+			seq_published_level = level - 1;
 	}
 }
 

@@ -397,7 +397,7 @@ hl_floor_raise_forgotten(int64 generation)
 	if (!hl_open(HL_REL_FLOOR, RowExclusiveLock, false, &rel))
 		return false;
 	read_floor(&rel, &f);
-	if (!f.found && IsBackgroundWorker)
+	if (!f.found && AmBackgroundWorkerProcess())
 	{
 		/* the expiry worker writes no first row (see hl_floor_refresh) */
 		hl_close(&rel, false);

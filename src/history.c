@@ -57,6 +57,26 @@ open_history(HlRelation *rel)
 		hl_table_busy_error(HL_REL_HISTORY);
 }
 
+/*
+ * Lock the history and the event sequence for writing, waiting no more
+ * than the lease table would (maintenance may hold them); false if busy.
+ * The locks last until the transaction ends.
+ */
+bool
+hl_history_lock(void)
+{
+	HlRelation	rel;
+
+	if (hl_history_size > 0)
+	{
+		if (!hl_open(HL_REL_HISTORY, RowExclusiveLock, false, &rel))
+			return false;
+		hl_close(&rel, false);
+	}
+	return hl_lock_relation_briefly(hl_sequence_oid("event_seq"),
+									RowExclusiveLock);
+}
+
 /* The row of term (name, generation), as the dirty snapshot sees it. */
 static bool
 fetch_term(HlRelation *rel, text *name, int64 generation, ItemPointer tid,

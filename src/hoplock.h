@@ -206,6 +206,7 @@ extern bool hl_open(HlRel which, LOCKMODE lockmode, bool wait,
 extern void hl_close(HlRelation *rel, bool keep_locks);
 extern void hl_table_busy_error(HlRel which) pg_attribute_noreturn();
 extern bool hl_extension_installed(void);
+extern bool hl_extension_current(void);
 extern Oid	hl_sequence_oid(const char *name);
 extern TupleDesc hl_lease_result_desc(FunctionCallInfo fcinfo);
 extern bool hl_lock_relation_briefly(Oid relid, LOCKMODE lockmode);
@@ -260,6 +261,7 @@ extern bool hl_floor_raise_forgotten(int64 generation);
  * history.c: the history of terms
  * ---------------------------------------------------------------------
  */
+extern bool hl_history_lock(void);
 extern void hl_history_begin(const Lease *term, int64 seq);
 extern void hl_history_end(const Lease *term, TimestampTz ended_at,
 						   int64 seq, const char *how);

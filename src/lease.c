@@ -503,6 +503,20 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 		hl_table_busy_error(HL_REL_LEASE);
 	}
 
+	/*
+	 * A call that may begin or end a term also writes the history and takes
+	 * event numbers: lock those now too, so that maintenance of them is
+	 * contention like maintenance of the lease table, not an error halfway.
+	 * (A renewal writes neither.)
+	 */
+	if (req->op != LEASE_OP_RENEW && !hl_history_lock())
+	{
+		hl_close(&rel, false);
+		if (req->busy_is_contention)
+			return LEASE_CONTENDED;
+		hl_table_busy_error(HL_REL_HISTORY);
+	}
+
 	for (;;)
 	{
 		LeaseVersion cur;
@@ -736,7 +750,13 @@ hl_forget(text *name, TimestampTz ended_before, bool raise_floor)
 		CommandCounterIncrement();
 		wrote_lease = true;
 	}
-	else if (locked)
+
+	/*
+	 * The lock can go now, done or not: the uncommitted delete makes every
+	 * other caller contend until it commits, and no fence can hold a
+	 * released name.  (The worker forgets a thousand names a round.)
+	 */
+	if (locked)
 		hl_term_unlock(name, ExclusiveLock);
 	hl_close(&rel, done);
 	return done;

@@ -163,6 +163,8 @@ hl_row_update(HlRelation *rel, ItemPointer otid, HeapTuple tuple)
 	TM_Result	result;
 	List	   *recheck = NIL;
 
+	/* as the executor checks: a published table needs an identity */
+	CheckCmdReplicaIdentity(rel->heap, CMD_UPDATE);
 	if (foreign)
 	{
 		begin_write(rel, &w);
@@ -205,8 +207,28 @@ hl_row_delete(HlRelation *rel, ItemPointer otid)
 	TM_FailureData tmfd;
 	TM_Result	result;
 
-	result = heap_delete(rel->heap, otid, GetCurrentCommandId(true),
-						 InvalidSnapshot, false, &tmfd, false);
+	HeapTupleData oldtup;
+	Buffer		buffer;
+	CommandId	cid = GetCurrentCommandId(true);
+
+	CheckCmdReplicaIdentity(rel->heap, CMD_DELETE);
+
+	/*
+	 * As for an update (hl_heap_update): lock the row without waiting first,
+	 * then delete it, finding at most this transaction's own lock, which an
+	 * earlier change of the row in this transaction may have left too.
+	 */
+	oldtup.t_self = *otid;
+	result = heap_lock_tuple(rel->heap, &oldtup, cid, LockTupleExclusive,
+							 LockWaitSkip, false, &buffer, &tmfd);
+	if (BufferIsValid(buffer))
+		ReleaseBuffer(buffer);
+	if (result == TM_WouldBlock)
+		return TM_BeingModified;
+	if (result != TM_Ok)
+		return result;
+	result = heap_delete(rel->heap, otid, cid, InvalidSnapshot, true,
+						 &tmfd, false);
 	if (result == TM_Ok && hl_table_has_after_triggers(rel))
 	{
 		begin_write(rel, &w);

@@ -35,6 +35,7 @@
 #include "shmem.h"
 
 #include "access/xact.h"
+#include "commands/extension.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
@@ -106,6 +107,21 @@ end_bound_terms(int code, Datum arg)
 					PGC_SUSET, PGC_S_OVERRIDE);
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
+
+	/*
+	 * The extension dropped meanwhile, or waiting for ALTER EXTENSION
+	 * UPDATE: nothing to end here (the worker ends the terms, if any, from
+	 * the messages posted above once it can).
+	 */
+	if (!OidIsValid(get_extension_oid("hoplock", true)) ||
+		!hl_extension_current())
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		hash_destroy(bound);
+		bound = NULL;
+		return;
+	}
 	hash_seq_init(&status, bound);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{

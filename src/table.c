@@ -253,6 +253,19 @@ extension_version(Oid extoid)
 	return version;
 }
 
+/* Are the extension's SQL objects of the version this library needs? */
+bool
+hl_extension_current(void)
+{
+	Oid			extoid = get_extension_oid("hoplock", true);
+	char	   *version;
+
+	if (!OidIsValid(extoid))
+		return false;
+	version = extension_version(extoid);
+	return version != NULL && strcmp(version, HL_SQL_VERSION) == 0;
+}
+
 /*
  * The OID of hoplock's table "which", or InvalidOid if this database has
  * no hoplock.  Raises if the extension is there but its table is not its
@@ -396,6 +409,10 @@ check_triggers(Relation heap, HlTableInfo *info)
 			untrusted(errmsg("table \"%s\" has trigger \"%s\", which hoplock cannot fire",
 							 qualified_name(heap), trig->tgname),
 					  errdetail("Only row-level AFTER triggers can be used on hoplock's tables."));
+		if (trig->tgdeferrable)
+			untrusted(errmsg("table \"%s\" has trigger \"%s\", which hoplock cannot fire",
+							 qualified_name(heap), trig->tgname),
+					  errdetail("The trigger is deferrable; hoplock fires triggers at once, as their table's owner (a foreign key that references the table must not be DEFERRABLE)."));
 		info->after_triggers = true;
 	}
 }

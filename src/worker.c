@@ -81,6 +81,7 @@
 
 /* Pause after an error: doubles from this up to hoplock.naptime */
 #define ERROR_PAUSE_MIN_MS	1000
+#define ERROR_PAUSE_MAX_S	10		/* and hoplock.naptime at most */
 
 /* A session that ended without ending its bound term */
 typedef struct SessionEnd
@@ -718,7 +719,7 @@ recover_from_error(long *pause_ms)
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 *pause_ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
-	*pause_ms = Min(*pause_ms * 2, (long) hl_naptime * 1000L);
+	*pause_ms = Min(*pause_ms * 2, Min((long) hl_naptime, ERROR_PAUSE_MAX_S) * 1000L);
 }
 
 static HTAB *

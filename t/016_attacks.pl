@@ -227,5 +227,28 @@ like($err, qr/must be valid UTF-8/, 'SQL_ASCII: a name that is not valid UTF-8 i
 ($ret, $out, $err) = $node->psql('asciidb', q{SELECT hoplock_acquire(E'a\xc2\x9bb', 'o', '1 h')});
 like($err, qr/must not contain control characters/, 'SQL_ASCII: a C1 control character in UTF-8 is refused');
 
+# The owner of the schema hoplock was installed in cannot drop it with the
+# schema (DROP SCHEMA ... CASCADE, DROP OWNED): that would forget every
+# lease and start the generations again at 1.
+$node->safe_psql('postgres', q{
+	CREATE DATABASE ownerdb;
+	CREATE ROLE schema_owner LOGIN;
+});
+$node->safe_psql('ownerdb', q{
+	CREATE SCHEMA owned AUTHORIZATION schema_owner;
+	CREATE EXTENSION hoplock SCHEMA owned;
+	SELECT owned.hoplock_acquire('kept', 'o', '1 h');
+});
+($ret, $out, $err) = $node->psql('ownerdb', 'DROP SCHEMA owned CASCADE',
+	extra_params => [ '-U', 'schema_owner' ]);
+like($err, qr/permission denied to drop extension "hoplock"/,
+	'the schema owner cannot drop the extension with its schema');
+($ret, $out, $err) = $node->psql('ownerdb', 'DROP OWNED BY schema_owner CASCADE',
+	extra_params => [ '-U', 'schema_owner' ]);
+like($err, qr/permission denied to drop extension "hoplock"/,
+	'nor with DROP OWNED');
+is($node->safe_psql('ownerdb', q{SELECT generation FROM owned.hoplock_holder('kept')}),
+	'1', 'the lease is still there');
+
 $node->stop;
 done_testing();

@@ -1,0 +1,105 @@
+-- gate_remote.sql: gate pg_cron jobs in several databases (or on several
+-- servers) on one lease.
+--
+-- Leases are per database: a lease named 'rollup' in database a and one
+-- named 'rollup' in database b are two leases, and jobs gated by them run
+-- together.  For jobs in several databases to share one lease, keep it in
+-- one database -- pg_cron's own (cron.database_name) is a good choice --
+-- and gate every job through it: run gate.sql there, and this file, as a
+-- superuser, in each database whose jobs gate through it.  It installs
+-- dblink in schema cron_gate (if dblink is already installed in another
+-- schema, write that schema for "cron_gate.dblink" below).  Then:
+--
+--   SELECT cron.schedule_in_database('rollup-b', '* * * * *',
+--       $$CALL cron_gate.run_via('dbname=postgres', 'rollup', '10 min', 'SELECT refresh_rollups()')$$,
+--       'b');
+--
+-- cron_gate.run_via(lease_db, lease, ttl, command) does what
+-- cron_gate.run does, with the lease, and the log, in the database that
+-- lease_db -- a dblink connection string, or the name of a foreign server
+-- with a user mapping -- connects to:
+--   * a gate session there takes the lease, bound to that session, and
+--     holds hoplock_fence open in a transaction while the command runs
+--     here; the command commits here only if the gate session still
+--     answers; then the fence ends and the lease is released;
+--   * if the job's session ends mid-run, its connection to the gate
+--     closes with it; the gate session, idle in its transaction, sees
+--     that at once and ends, and so does the term;
+--   * if the command is still running ttl + hoplock.hung_holder_timeout
+--     after its term began, the expiry worker ends the gate session: the
+--     lease is free from then on, and the command, when it finishes,
+--     fails instead of committing.  Here ttl bounds how long the lease
+--     excludes a section's execution, not only its effects: make it the
+--     longest the section may ever take, with room to spare.
+-- A non-superuser's dblink connection must authenticate with a password
+-- (in the connection string, or in the user mapping of a foreign server).
+-- Across servers, the skip rule for queued runs compares this server's
+-- minute with the times the lease's server recorded: keep the clocks in
+-- sync.
+
+CREATE SCHEMA IF NOT EXISTS cron_gate;
+CREATE EXTENSION IF NOT EXISTS dblink SCHEMA cron_gate;
+
+CREATE OR REPLACE PROCEDURE cron_gate.run_via(lease_db text, lease text, ttl interval, command text)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    link constant text := 'cron_gate';
+    term record;
+    failed boolean := false;
+    e_state text;
+    e_message text;
+    e_detail text;
+BEGIN
+    IF link = ANY (cron_gate.dblink_get_connections()) THEN
+        PERFORM cron_gate.dblink_disconnect(link);
+    END IF;
+    PERFORM cron_gate.dblink_connect(link, lease_db);
+    -- the gate session idles in a transaction while the command runs
+    PERFORM cron_gate.dblink_exec(link, 'SET idle_in_transaction_session_timeout = 0');
+    SELECT t.owner, t.generation INTO term
+      FROM cron_gate.dblink(link, pg_catalog.format(
+               'SELECT owner, generation FROM cron_gate.enter(%L, %L, pg_catalog.to_timestamp(%s), %L, %s)',
+               lease, ttl,
+               pg_catalog.date_part('epoch', pg_catalog.date_trunc('minute', pg_catalog.now())),
+               pg_catalog.current_database(), pg_catalog.pg_backend_pid()))
+           AS t(owner text, generation bigint);
+    IF term.generation IS NULL THEN
+        PERFORM cron_gate.dblink_disconnect(link);
+        RETURN;                 -- skipped, and logged in the lease's database
+    END IF;
+
+    PERFORM cron_gate.dblink_exec(link, 'BEGIN');
+    PERFORM 1 FROM cron_gate.dblink(link,
+        pg_catalog.format('SELECT 1 FROM hoplock.hoplock_fence(%L, %s)', lease, term.generation))
+        AS t(ok integer);
+    BEGIN
+        EXECUTE command;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS e_state = RETURNED_SQLSTATE, e_message = MESSAGE_TEXT,
+                                e_detail = PG_EXCEPTION_DETAIL;
+        failed := true;
+    END;
+    IF failed THEN
+        PERFORM cron_gate.dblink_exec(link, 'ROLLBACK');
+        PERFORM * FROM cron_gate.dblink(link,
+            pg_catalog.format('SELECT cron_gate.leave(%L, %L, %s, %L)',
+                              lease, term.owner, term.generation, e_message))
+            AS t(released boolean);
+        PERFORM cron_gate.dblink_disconnect(link);
+        IF e_detail <> '' THEN
+            RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message, DETAIL = e_detail;
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = e_state, MESSAGE = e_message;
+    END IF;
+
+    -- the gate session answers, so its fence still holds: commit here
+    PERFORM 1 FROM cron_gate.dblink(link, 'SELECT 1') AS t(ok integer);
+    COMMIT;
+    PERFORM cron_gate.dblink_exec(link, 'COMMIT');
+    PERFORM * FROM cron_gate.dblink(link,
+        pg_catalog.format('SELECT cron_gate.leave(%L, %L, %s)', lease, term.owner, term.generation))
+        AS t(released boolean);
+    PERFORM cron_gate.dblink_disconnect(link);
+END
+$$;
