@@ -1,0 +1,495 @@
+package hoplock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/exp/slog"
+)
+
+// Defaults of the Elector's settings.
+const (
+	DefaultTTL            = 15 * time.Second
+	DefaultReleaseTimeout = 5 * time.Second
+)
+
+// Elector campaigns for a lease, renews it while it leads, and tells its
+// program when it leads and when it has lost. Set its fields, then call
+// Lead or Run; it is not to be changed while either runs. One Elector (and
+// one Owner) campaigns at a time: run Lead or Run once at a time per
+// Owner.
+//
+// Leadership is judged by this process's monotonic clock alone: a term is
+// taken as lost no later than the send time of its last successful renewal
+// plus TTL, whatever the wall clocks say. The backend's own clock, which
+// the lease's ExpiresAt follows, lets the next leader in no earlier than
+// that, so the two terms never overlap while the clocks run at the same
+// rate.
+type Elector struct {
+	// Backend stores the lease (required). A backend that implements
+	// Waiter, Renewer, Releaser, HolderReader or Watcher (the postgres
+	// backend implements all) is used through them.
+	Backend Backend
+
+	// Owner identifies this process in the lease (required); unique per
+	// process and lease, such as host name and process id.
+	Owner string
+
+	// TTL is how long a term lasts without renewal (default 15s).
+	TTL time.Duration
+
+	// Renew is how often a leader renews: it must be less than TTL
+	// (default TTL/3). A renewal that fails with a transient error is
+	// retried sooner, backing off, until the TTL runs out.
+	Renew time.Duration
+
+	// Poll is how often a follower reads the lease while another holds
+	// it, when the backend cannot wait for it (default Renew); with a
+	// Waiter, how long each wait in the backend lasts.
+	Poll time.Duration
+
+	// ReleaseTimeout bounds the release at the end of each term, which
+	// runs on a fresh context (default 5s, at most TTL).
+	ReleaseTimeout time.Duration
+
+	// Now is the wall clock that stamps ExpiresAt when writing through a
+	// plain Backend, and by which a follower judges such a lease expired
+	// (default time.Now). It plays no part in deciding whether this
+	// Elector still leads, nor with backends that keep their own clock.
+	Now func() time.Time
+
+	// Logger, if set, is told of terms begun and lost (Info), renewals
+	// (Debug) and errors retried (Warn).
+	Logger *slog.Logger
+}
+
+// elector is an Elector's settings, checked and defaulted, with the
+// optional interfaces of its Backend found once.
+type elector struct {
+	b        Backend
+	waiter   Waiter
+	renewer  Renewer
+	releaser Releaser
+	holder   HolderReader
+	watcher  Watcher
+
+	owner          string
+	ttl            time.Duration
+	renew          time.Duration
+	poll           time.Duration
+	releaseTimeout time.Duration
+	guard          time.Duration
+	now            func() time.Time
+	log            *slog.Logger
+}
+
+func (e *Elector) config() (*elector, error) {
+	if e.Backend == nil {
+		return nil, errors.New("hoplock: Elector.Backend is nil")
+	}
+	if e.Owner == "" {
+		return nil, errors.New("hoplock: Elector.Owner is empty")
+	}
+	c := &elector{
+		b:              e.Backend,
+		owner:          e.Owner,
+		ttl:            e.TTL,
+		renew:          e.Renew,
+		poll:           e.Poll,
+		releaseTimeout: e.ReleaseTimeout,
+		now:            e.Now,
+		log:            e.Logger,
+	}
+	if c.ttl == 0 {
+		c.ttl = DefaultTTL
+	}
+	if c.ttl < 0 {
+		return nil, fmt.Errorf("hoplock: Elector.TTL is negative (%v)", c.ttl)
+	}
+	if c.renew == 0 {
+		c.renew = c.ttl / 3
+	}
+	if c.renew <= 0 || c.renew >= c.ttl {
+		return nil, fmt.Errorf("hoplock: Elector.Renew (%v) must be positive and less than TTL (%v)", c.renew, c.ttl)
+	}
+	if c.poll == 0 {
+		c.poll = c.renew
+	}
+	if c.poll < 0 {
+		return nil, fmt.Errorf("hoplock: Elector.Poll is negative (%v)", c.poll)
+	}
+	if c.releaseTimeout == 0 {
+		c.releaseTimeout = DefaultReleaseTimeout
+		if c.releaseTimeout > c.ttl {
+			c.releaseTimeout = c.ttl
+		}
+	}
+	if c.releaseTimeout < 0 {
+		return nil, fmt.Errorf("hoplock: Elector.ReleaseTimeout is negative (%v)", c.releaseTimeout)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	// The term's context is cancelled this much before its deadline, so
+	// that timer latency never lets it outlive the deadline.
+	c.guard = c.ttl / 50
+	if c.guard > 50*time.Millisecond {
+		c.guard = 50 * time.Millisecond
+	}
+	c.waiter, _ = e.Backend.(Waiter)
+	c.renewer, _ = e.Backend.(Renewer)
+	c.releaser, _ = e.Backend.(Releaser)
+	c.holder, _ = e.Backend.(HolderReader)
+	c.watcher, _ = e.Backend.(Watcher)
+	return c, nil
+}
+
+// Lead waits until this Elector leads, then runs fn with the term's lease
+// and a context that is cancelled the moment leadership is lost: when a
+// renewal or a confirmed change tells it so, and in any case before the
+// send time of the last successful renewal plus TTL, by the local
+// monotonic clock. It is also cancelled when ctx is. When fn returns, Lead
+// stops renewing, releases the lease on a fresh context bounded by
+// ReleaseTimeout, and returns fn's error.
+//
+// fn must stop acting as leader when its context is cancelled, and should
+// fence its writes with the lease's Generation: a process may pause at any
+// moment, for longer than the TTL. LossCause(ctx) tells fn why its term
+// ended.
+//
+// If ctx ends before this Elector leads, Lead returns ctx.Err(); a
+// permanent backend error (see Permanent) ends the campaign too, and is
+// returned. Transient errors are retried.
+func (e *Elector) Lead(ctx context.Context, fn func(ctx context.Context, lease Lease) error) error {
+	c, err := e.config()
+	if err != nil {
+		return err
+	}
+	wake, stopWatch := c.watch(ctx)
+	defer stopWatch()
+
+	lease, sent, err := c.campaign(ctx, wake)
+	if err != nil {
+		return err
+	}
+	t := c.startTerm(ctx, lease, sent, wake, nil)
+	err = fn(t.ctx, t.current())
+	t.stop()
+	c.release(t.current())
+	return err
+}
+
+// watch starts the backend's Watch, if it has one, on a context of its
+// own; the function returned stops it and waits (up to ReleaseTimeout)
+// for it to finish.
+func (c *elector) watch(ctx context.Context) (<-chan struct{}, func()) {
+	if c.watcher == nil {
+		return nil, func() {}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	wake := c.watcher.Watch(wctx)
+	return wake, func() {
+		cancel()
+		limit := time.NewTimer(c.releaseTimeout)
+		defer limit.Stop()
+		for {
+			select {
+			case _, ok := <-wake:
+				if !ok {
+					return
+				}
+			case <-limit.C:
+				return
+			}
+		}
+	}
+}
+
+// campaign returns a term this Elector has just begun, with the local time
+// at which the call that began (or last renewed) it was sent, no earlier
+// than Renew ago.
+func (c *elector) campaign(ctx context.Context, wake <-chan struct{}) (Lease, time.Time, error) {
+	retry := c.newBackoff()
+	for {
+		if err := ctx.Err(); err != nil {
+			return Lease{}, time.Time{}, err
+		}
+		var (
+			lease *Lease
+			sent  = time.Now()
+			pause time.Duration
+			err   error
+		)
+		if c.waiter != nil {
+			lease, err = c.waiter.Wait(ctx, c.owner, c.ttl, c.poll)
+			if d := time.Since(sent); err == nil && lease == nil && d < c.poll/2 {
+				// The wait ended early: do not spin on a backend
+				// that cannot wait.
+				pause = c.poll/2 - d
+			}
+		} else {
+			lease, sent, pause, err = c.tryWrite(ctx)
+		}
+		switch {
+		case err == nil && lease == nil:
+			retry.reset()
+			if pause > 0 && !sleep(ctx, pause, wake) {
+				return Lease{}, time.Time{}, ctx.Err()
+			}
+			continue
+		case err == nil:
+		case ctx.Err() != nil:
+			// The call may have begun a term before it was
+			// interrupted: end any term of this owner.
+			c.cleanup()
+			return Lease{}, time.Time{}, ctx.Err()
+		case IsPermanent(err):
+			return Lease{}, time.Time{}, err
+		case errors.Is(err, ErrLeaseHeld):
+			// Lost a race for the lease: look again at once.
+			continue
+		default:
+			d := retry.next()
+			c.warn("campaign failed, retrying", err, "retry_in", d)
+			if !sleep(ctx, d, nil) {
+				return Lease{}, time.Time{}, ctx.Err()
+			}
+			continue
+		}
+		retry.reset()
+
+		// A term that began long after its call was sent (a wait
+		// that lasted) is renewed before it is used, so that its
+		// deadline starts from a recent send time.
+		l := *lease
+		fresh := true
+		for time.Since(sent) >= c.renew {
+			if time.Since(sent) >= c.ttl-c.guard {
+				fresh = false
+				break
+			}
+			s := time.Now()
+			rctx, cancel := context.WithDeadline(ctx, sent.Add(c.ttl-c.guard))
+			nl, err := c.renewOnce(rctx, l)
+			cancel()
+			if err == nil {
+				l, sent = nl, s
+				continue
+			}
+			l = nl
+			if c.definitive(err) || ctx.Err() != nil {
+				fresh = false
+				break
+			}
+			if !sleep(ctx, retry.next(), nil) {
+				break
+			}
+		}
+		if ctx.Err() != nil || !fresh {
+			c.release(l)
+			if err := ctx.Err(); err != nil {
+				return Lease{}, time.Time{}, err
+			}
+			continue
+		}
+		l.Deadline = sent.Add(c.ttl)
+		return l, sent, nil
+	}
+}
+
+// tryWrite is one step of a campaign through a plain Backend: read the
+// lease, and begin a new term if it is free, expired, or an earlier term
+// of this owner. It returns a nil lease and how long to wait before the
+// next try when another owner holds it.
+func (c *elector) tryWrite(ctx context.Context) (*Lease, time.Time, time.Duration, error) {
+	st, handle, err := c.b.Read(ctx)
+	if errors.Is(err, ErrNoLease) {
+		st, handle, err = nil, "", nil
+	}
+	if err != nil {
+		return nil, time.Time{}, 0, err
+	}
+	now := c.now()
+	if st != nil && st.Owner != c.owner && !st.expiredAt(now) {
+		pause := st.ExpiresAt.Sub(now) + time.Millisecond
+		if pause > c.poll {
+			pause = c.poll
+		}
+		return nil, time.Time{}, pause, nil
+	}
+	next := &State{Owner: c.owner, Generation: 1, ExpiresAt: now.Add(c.ttl)}
+	if st != nil {
+		next.Generation = st.Generation + 1
+	}
+	sent := time.Now()
+	h, err := c.b.Write(ctx, handle, next)
+	if err != nil {
+		return nil, time.Time{}, 0, err
+	}
+	return &Lease{Handle: h, State: *next, AcquiredAt: now}, sent, 0, nil
+}
+
+// errTermChanged reports a renewal through a plain Backend that stored a
+// new term instead of extending the running one.
+var errTermChanged = fmt.Errorf("%w: the backend began a new term instead of renewing", ErrNoLease)
+
+// renewOnce renews the term of l once. It returns the renewed lease, or on
+// failure the lease as it now stands for release.
+func (c *elector) renewOnce(ctx context.Context, l Lease) (Lease, error) {
+	if c.renewer != nil {
+		nl, err := c.renewer.Renew(ctx, c.owner, c.ttl, l.Generation)
+		if err != nil {
+			return l, err
+		}
+		if nl == nil || nl.Generation != l.Generation {
+			return l, ErrNoLease
+		}
+		if nl.AcquiredAt.IsZero() {
+			nl.AcquiredAt = l.AcquiredAt
+		}
+		nl.Deadline = l.Deadline
+		return *nl, nil
+	}
+	s := &State{Owner: c.owner, Generation: l.Generation, ExpiresAt: c.now().Add(c.ttl)}
+	h, err := c.b.Write(ctx, l.Handle, s)
+	if err != nil {
+		return l, err
+	}
+	nl := Lease{Handle: h, State: *s, AcquiredAt: l.AcquiredAt, Deadline: l.Deadline}
+	if s.Generation != l.Generation {
+		return nl, errTermChanged
+	}
+	return nl, nil
+}
+
+// confirm checks, after a hint that the lease may have changed, whether
+// the term of l still holds it. It returns why not, or nil if it does or
+// if the check itself failed.
+func (c *elector) confirm(ctx context.Context, l Lease) error {
+	var cur *State
+	if c.holder != nil {
+		h, err := c.holder.Holder(ctx)
+		if err != nil {
+			c.warn("could not confirm the lease after a change was announced", err)
+			return nil
+		}
+		if h != nil {
+			cur = &h.State
+		}
+	} else {
+		st, _, err := c.b.Read(ctx)
+		if err != nil && !errors.Is(err, ErrNoLease) {
+			c.warn("could not confirm the lease after a change was announced", err)
+			return nil
+		}
+		cur = st
+	}
+	switch {
+	case cur == nil:
+		return ErrNoLease
+	case cur.Owner != c.owner || cur.Generation != l.Generation:
+		return ErrLeaseHeld
+	}
+	return nil
+}
+
+// definitive reports whether a renewal error means the term is over, as
+// opposed to one worth retrying.
+func (c *elector) definitive(err error) bool {
+	return errors.Is(err, ErrNoLease) || errors.Is(err, ErrLeaseHeld) || IsPermanent(err)
+}
+
+// release ends the term of l on a fresh context bounded by
+// ReleaseTimeout. A term that is already over is no error.
+func (c *elector) release(l Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
+	defer cancel()
+	var err error
+	if c.releaser != nil {
+		err = c.releaser.Release(ctx, c.owner, l.Generation)
+	} else {
+		err = c.b.Delete(ctx, l.Handle)
+	}
+	switch {
+	case err == nil:
+		c.debug("released", "generation", l.Generation)
+	case errors.Is(err, ErrNoLease), errors.Is(err, ErrLeaseHeld):
+	default:
+		c.warn("could not release the lease", err, "generation", l.Generation)
+	}
+}
+
+// cleanup ends any term of this owner after a campaign call was
+// interrupted, on a fresh context bounded by ReleaseTimeout.
+func (c *elector) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
+	defer cancel()
+	if c.releaser != nil {
+		_ = c.releaser.Release(ctx, c.owner, 0)
+		return
+	}
+	st, h, err := c.b.Read(ctx)
+	if err == nil && st != nil && st.Owner == c.owner {
+		_ = c.b.Delete(ctx, h)
+	}
+}
+
+// sleep waits for d, a signal on wake, or the end of ctx; it reports
+// whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wake:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// backoff spaces out retries after transient errors: from Renew/10 (at
+// least 5ms), doubling, up to Renew/2.
+type backoff struct{ min, max, cur time.Duration }
+
+func (c *elector) newBackoff() *backoff {
+	b := &backoff{min: c.renew / 10, max: c.renew / 2}
+	if b.min < 5*time.Millisecond {
+		b.min = 5 * time.Millisecond
+	}
+	if b.max < b.min {
+		b.max = b.min
+	}
+	return b
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else if b.cur *= 2; b.cur > b.max {
+		b.cur = b.max
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+func (c *elector) debug(msg string, args ...any) {
+	if c.log != nil {
+		c.log.Debug("hoplock: "+msg, append([]any{"owner", c.owner}, args...)...)
+	}
+}
+
+func (c *elector) info(msg string, args ...any) {
+	if c.log != nil {
+		c.log.Info("hoplock: "+msg, append([]any{"owner", c.owner}, args...)...)
+	}
+}
+
+func (c *elector) warn(msg string, err error, args ...any) {
+	if c.log != nil {
+		c.log.Warn("hoplock: "+msg, append([]any{"owner", c.owner, "err", err}, args...)...)
+	}
+}

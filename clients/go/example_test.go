@@ -1,0 +1,52 @@
+package hoplock_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"hoplock"
+	"hoplock/memory"
+)
+
+func ExampleElector_Lead() {
+	backend := memory.New() // postgres.New(db, "billing-scheduler", postgres.Options{}) in production
+	e := &hoplock.Elector{Backend: backend, Owner: "host-a:4242", TTL: time.Second}
+
+	err := e.Lead(context.Background(), func(ctx context.Context, lease hoplock.Lease) error {
+		fmt.Println("leading as", lease.Owner, "in generation", lease.Generation)
+		// Work here until ctx ends, fencing writes with lease.Generation.
+		return nil
+	})
+	fmt.Println("Lead:", err)
+
+	s, _, _ := backend.Read(context.Background())
+	fmt.Println("released:", s == nil)
+	// Output:
+	// leading as host-a:4242 in generation 1
+	// Lead: <nil>
+	// released: true
+}
+
+func ExampleElector_Run() {
+	backend := memory.New()
+	e := &hoplock.Elector{Backend: backend, Owner: "host-a:4242", TTL: 300 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	for ev := range e.Run(ctx) {
+		switch ev.Kind {
+		case hoplock.EventAcquired:
+			fmt.Println("acquired generation", ev.Lease.Generation)
+		case hoplock.EventRenewed:
+			fmt.Println("renewed")
+			cancel() // shut down: Run releases, reports the loss, closes the channel
+		case hoplock.EventLost:
+			fmt.Println("lost:", ev.Err)
+		}
+	}
+	// Output:
+	// acquired generation 1
+	// renewed
+	// lost: context canceled
+}

@@ -1,0 +1,404 @@
+// Package postgres is a hoplock.Backend for one lease in a PostgreSQL
+// database that has the hoplock extension, over database/sql.
+//
+// Its compare-and-swap (Read, Write, Delete) is hoplock_read,
+// hoplock_write and hoplock_delete. It also implements the optional
+// interfaces through which an Elector does better than polling: it
+// campaigns with hoplock_wait (woken by the server the moment the lease is
+// free), renews with hoplock_renew(..., generation), releases with
+// hoplock_release(..., generation), and hears of changes from LISTEN on
+// the hoplock channel, confirming each with hoplock_holder, since any role
+// can send a NOTIFY. Every time is the server's: the Elector's clock
+// decides only when it stops leading.
+//
+// Any driver works. With the pgx driver (github.com/jackc/pgx/v4/stdlib)
+// the backend listens for notifications, and a wait interrupted by its
+// context is cancelled in the server; with another driver, Watch polls
+// hoplock_holder instead (see Options.WatchPoll).
+//
+// Every call names the schema hoplock is installed in (Options.Schema), so
+// that no function planted earlier in a search_path can capture it.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"hoplock"
+)
+
+// DefaultSchema is the schema the functions are called in unless
+// Options.Schema says otherwise.
+const DefaultSchema = "hoplock"
+
+// Options adjust a Backend. The zero value is the default.
+type Options struct {
+	// Schema is where the hoplock extension is installed (default
+	// "hoplock").
+	Schema string
+
+	// SessionBound makes each term begun by Wait session-bound: it also
+	// ends, at once, when the connection that waited for it closes
+	// (the process died, the connection was terminated). The backend
+	// keeps that connection out of the pool for the term, and closes it
+	// when the term ends. Without it, a term outlives its process by up
+	// to its TTL.
+	SessionBound bool
+
+	// Channel is the channel the events are sent on (default: the
+	// server's hoplock.channel setting, read when listening starts).
+	Channel string
+
+	// WatchPoll is how often Watch reads the holder when the driver
+	// cannot LISTEN (default 1s).
+	WatchPoll time.Duration
+}
+
+// Backend is one lease, named when it is made, in the database of a
+// *sql.DB. Its methods are safe for concurrent use; a session-bound
+// Backend serves one Elector.
+//
+// An Elector on it uses up to three connections of the pool at once: one
+// to listen, one waiting for the lease (kept for the term when session
+// bound), one for the other calls. A pool limited below that stalls it.
+type Backend struct {
+	db   *sql.DB
+	name string
+	opts Options
+	q    queries
+
+	mu     sync.Mutex
+	pinned map[int64]*sql.Conn // session-bound terms' connections
+}
+
+var (
+	_ hoplock.Backend      = (*Backend)(nil)
+	_ hoplock.Waiter       = (*Backend)(nil)
+	_ hoplock.Renewer      = (*Backend)(nil)
+	_ hoplock.Releaser     = (*Backend)(nil)
+	_ hoplock.HolderReader = (*Backend)(nil)
+	_ hoplock.Watcher      = (*Backend)(nil)
+)
+
+// New returns the Backend of the lease name in db's database.
+func New(db *sql.DB, name string, opts Options) *Backend {
+	if opts.Schema == "" {
+		opts.Schema = DefaultSchema
+	}
+	if opts.WatchPoll <= 0 {
+		opts.WatchPoll = time.Second
+	}
+	return &Backend{db: db, name: name, opts: opts, q: newQueries(quoteIdent(opts.Schema)), pinned: map[int64]*sql.Conn{}}
+}
+
+// Name returns the lease's name.
+func (b *Backend) Name() string { return b.name }
+
+// Schema returns the schema the functions are called in.
+func (b *Backend) Schema() string { return b.opts.Schema }
+
+// queries are the statements, with the schema quoted in.
+type queries struct {
+	read, write, delete, wait, renew, release, releaseAny, holder, fence string
+}
+
+const leaseColumns = "l.owner, l.generation, l.handle, l.acquired_at, l.expires_at"
+
+func newQueries(schema string) queries {
+	f := func(format string) string { return fmt.Sprintf(format, schema) }
+	return queries{
+		read:       f("SELECT " + leaseColumns + " FROM %s.hoplock_read($1) AS l"),
+		write:      f("SELECT " + leaseColumns + " FROM %s.hoplock_write($1, $2, $3, $4::interval) AS l"),
+		delete:     f("SELECT %s.hoplock_delete($1, $2)"),
+		wait:       f("SELECT " + leaseColumns + " FROM %s.hoplock_wait($1, $2, $3::interval, $4::interval, session_bound => $5) AS l"),
+		renew:      f("SELECT " + leaseColumns + " FROM %s.hoplock_renew($1, $2, $3::interval, $4::bigint) AS l"),
+		release:    f("SELECT %s.hoplock_release($1, $2, $3::bigint)"),
+		releaseAny: f("SELECT %s.hoplock_release($1, $2)"),
+		holder:     f("SELECT " + leaseColumns + " FROM %s.hoplock_holder($1) AS l"),
+		fence:      f("SELECT %s.hoplock_fence($1, $2::bigint)"),
+	}
+}
+
+// checkConnection has the server notice, while a wait sleeps, that its
+// client has gone (PostgreSQL 14 and later), so that an abandoned wait
+// cannot begin a term nobody will renew.
+const checkConnection = "SELECT pg_catalog.set_config('client_connection_check_interval', '1000', false) " +
+	"WHERE pg_catalog.current_setting('client_connection_check_interval', true) IS NOT NULL"
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+func interval(d time.Duration) string {
+	us := d.Microseconds()
+	if us < 1 {
+		us = 1
+	}
+	return strconv.FormatInt(us, 10) + " microseconds"
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+// scanLease reads a hoplock_lease row; a NULL lease is (nil, nil).
+func scanLease(row scanner) (*hoplock.Lease, error) {
+	var (
+		owner, handle       sql.NullString
+		gen                 sql.NullInt64
+		acquired, expiresAt sql.NullTime
+	)
+	if err := row.Scan(&owner, &gen, &handle, &acquired, &expiresAt); err != nil {
+		return nil, err
+	}
+	if !gen.Valid {
+		return nil, nil
+	}
+	return &hoplock.Lease{
+		Handle:     handle.String,
+		State:      hoplock.State{Owner: owner.String, Generation: gen.Int64, ExpiresAt: expiresAt.Time},
+		AcquiredAt: acquired.Time,
+	}, nil
+}
+
+// Read returns the stored state, expired or not, and its handle
+// (hoplock_read); with nothing stored, (nil, "", nil).
+func (b *Backend) Read(ctx context.Context) (*hoplock.State, string, error) {
+	l, err := scanLease(b.db.QueryRowContext(ctx, b.q.read, b.name))
+	if err != nil {
+		return nil, "", classify("hoplock_read", err)
+	}
+	if l == nil {
+		return nil, "", nil
+	}
+	return &l.State, l.Handle, nil
+}
+
+// Write stores s.Owner for s.TTL() from now, by the server's clock, if
+// prevHandle is current (hoplock_write). The server decides the
+// generation (a new one unless the same owner continues a running term)
+// and the expiry, and Write copies both into s.
+func (b *Backend) Write(ctx context.Context, prevHandle string, s *hoplock.State) (string, error) {
+	ttl := time.Until(s.ExpiresAt)
+	if ttl <= 0 {
+		return "", hoplock.Permanent(fmt.Errorf("hoplock/postgres: Write of a state that expired at %v", s.ExpiresAt))
+	}
+	var prev sql.NullString
+	if prevHandle != "" {
+		prev = sql.NullString{String: prevHandle, Valid: true}
+	}
+	l, err := scanLease(b.db.QueryRowContext(ctx, b.q.write, b.name, prev, s.Owner, interval(ttl)))
+	if err != nil {
+		return "", classify("hoplock_write", err)
+	}
+	if l == nil {
+		return "", hoplock.ErrLeaseHeld
+	}
+	s.Generation, s.ExpiresAt = l.Generation, l.ExpiresAt
+	return l.Handle, nil
+}
+
+// Delete ends the term if handle is current (hoplock_delete).
+func (b *Backend) Delete(ctx context.Context, handle string) error {
+	var ok bool
+	if err := b.db.QueryRowContext(ctx, b.q.delete, b.name, handle).Scan(&ok); err != nil {
+		return classify("hoplock_delete", err)
+	}
+	if ok {
+		return nil
+	}
+	s, _, err := b.Read(ctx)
+	switch {
+	case err != nil:
+		return err
+	case s == nil:
+		return hoplock.ErrNoLease
+	}
+	return hoplock.ErrLeaseHeld
+}
+
+// Wait returns a term for owner as soon as the lease can be had, or (nil,
+// nil) after timeout (hoplock_wait). It waits on a connection of its own;
+// when ctx ends first, the wait is cancelled in the server.
+func (b *Backend) Wait(ctx context.Context, owner string, ttl, timeout time.Duration) (*hoplock.Lease, error) {
+	conn, err := b.db.Conn(ctx)
+	if err != nil {
+		return nil, classify("hoplock_wait", err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			conn.Close()
+		}
+	}()
+	if _, err := conn.ExecContext(ctx, checkConnection); err != nil {
+		return nil, classify("hoplock_wait", err)
+	}
+	args := []any{b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound}
+	l, err := queryCancellable(ctx, conn, b.q.wait, args...)
+	if err != nil {
+		return nil, classify("hoplock_wait", err)
+	}
+	if l != nil && b.opts.SessionBound {
+		b.mu.Lock()
+		if old := b.pinned[l.Generation]; old != nil && old != conn {
+			discard(old)
+		}
+		b.pinned[l.Generation] = conn
+		b.mu.Unlock()
+		keep = true
+	}
+	return l, nil
+}
+
+// Renew extends owner's term generation by ttl from now, by the server's
+// clock (hoplock_renew); ErrNoLease if the term is over.
+func (b *Backend) Renew(ctx context.Context, owner string, ttl time.Duration, generation int64) (*hoplock.Lease, error) {
+	l, err := scanLease(b.db.QueryRowContext(ctx, b.q.renew, b.name, owner, interval(ttl), generation))
+	if err != nil {
+		return nil, classify("hoplock_renew", err)
+	}
+	if l == nil {
+		b.unpin(generation)
+		return nil, hoplock.ErrNoLease
+	}
+	return l, nil
+}
+
+// Release ends owner's term generation, or any term of owner's with
+// generation 0 (hoplock_release); ErrNoLease if there was none. It also
+// closes the connection a session-bound term was bound to, which ends the
+// term even if the release itself failed.
+func (b *Backend) Release(ctx context.Context, owner string, generation int64) error {
+	var (
+		ok  bool
+		err error
+	)
+	if generation == 0 {
+		err = b.db.QueryRowContext(ctx, b.q.releaseAny, b.name, owner).Scan(&ok)
+	} else {
+		err = b.db.QueryRowContext(ctx, b.q.release, b.name, owner, generation).Scan(&ok)
+	}
+	b.unpin(generation)
+	switch {
+	case err != nil:
+		return classify("hoplock_release", err)
+	case !ok:
+		return hoplock.ErrNoLease
+	}
+	return nil
+}
+
+// Holder returns the running term by the server's clock, or nil if the
+// lease is free (hoplock_holder).
+func (b *Backend) Holder(ctx context.Context) (*hoplock.Lease, error) {
+	l, err := scanLease(b.db.QueryRowContext(ctx, b.q.holder, b.name))
+	if err != nil {
+		return nil, classify("hoplock_holder", err)
+	}
+	return l, nil
+}
+
+// Execer runs a statement: a *sql.Tx, or a *sql.Conn inside a
+// transaction.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Fence makes the rest of tx's transaction safe from a stale leader
+// (hoplock_fence): it fails unless term generation holds the lease now,
+// and if it succeeds no new term can begin until the transaction ends.
+// Call it first in each transaction that writes on the leader's behalf,
+// with the Generation of the Lease the Elector gave. A failure because
+// another term holds the lease (SQLSTATE 55P03) satisfies
+// errors.Is(err, hoplock.ErrLeaseHeld); the transaction has then failed
+// and must be rolled back.
+func (b *Backend) Fence(ctx context.Context, tx Execer, generation int64) error {
+	if _, err := tx.ExecContext(ctx, b.q.fence, b.name, generation); err != nil {
+		if SQLState(err) == "55P03" {
+			return fenceError{err}
+		}
+		return fmt.Errorf("hoplock/postgres: hoplock_fence: %w", err)
+	}
+	return nil
+}
+
+type fenceError struct{ err error }
+
+func (e fenceError) Error() string {
+	return "hoplock/postgres: fenced out: " + e.err.Error()
+}
+func (e fenceError) Unwrap() error        { return e.err }
+func (e fenceError) Is(target error) bool { return target == hoplock.ErrLeaseHeld }
+
+// unpin closes the connection a session-bound term generation was bound
+// to (all of them for generation 0).
+func (b *Backend) unpin(generation int64) {
+	b.mu.Lock()
+	var conns []*sql.Conn
+	for g, c := range b.pinned {
+		if generation == 0 || g == generation {
+			conns = append(conns, c)
+			delete(b.pinned, g)
+		}
+	}
+	b.mu.Unlock()
+	for _, c := range conns {
+		discard(c)
+	}
+}
+
+// discard closes c's connection rather than return it to the pool.
+func discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	c.Close()
+}
+
+// SQLState returns the SQLSTATE of a server error err wraps (with the pgx
+// or the pq driver, or any whose errors have a SQLState method), or "".
+func SQLState(err error) string {
+	var s interface{ SQLState() string }
+	if errors.As(err, &s) {
+		return s.SQLState()
+	}
+	return ""
+}
+
+// Transient reports whether SQLSTATE code is worth retrying: a lost
+// connection (class 08), a serialization failure or deadlock (40), the
+// server short of resources (53, but for configuration limits), a
+// cancelled statement or a server shutting down (57), a system error
+// (58), a lease table busy with maintenance (55P03), a read-only server
+// (25006, as during a failover).
+func Transient(code string) bool {
+	switch {
+	case code == "55P03", code == "25006":
+		return true
+	case code == "53400":
+		return false
+	case len(code) == 5:
+		switch code[:2] {
+		case "08", "40", "53", "57", "58":
+			return true
+		}
+	}
+	return false
+}
+
+// classify wraps a call's error; a server error that retrying cannot
+// cure (bad arguments, a missing function or privilege, the extension
+// not installed) is marked with hoplock.Permanent. Errors without a
+// SQLSTATE (a lost connection, a timeout) are transient.
+func classify(fn string, err error) error {
+	if err == nil {
+		return nil
+	}
+	wrapped := fmt.Errorf("hoplock/postgres: %s: %w", fn, err)
+	if code := SQLState(err); code != "" && !Transient(code) {
+		return hoplock.Permanent(wrapped)
+	}
+	return wrapped
+}
