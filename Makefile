@@ -53,7 +53,8 @@ REGRESS = \
 	two_phase \
 	table_integrity \
 	reinstall \
-	monitoring
+	monitoring \
+	security_install
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
 
 ISOLATION = \
@@ -86,7 +87,7 @@ include $(PGXS)
 $(OBJS): src/hoplock.h src/compat.h src/schedule.h src/shmem.h
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test demo bench bench-quick dist
+.PHONY: check-regress check-isolation check-tap test demo bench bench-quick dist torture
 
 check-regress:
 	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
@@ -113,3 +114,7 @@ bench-quick:
 # make dist DIST_FLAGS=--worktree: of the working tree as it is.
 dist:
 	scripts/dist $(DIST_FLAGS)
+
+# The torture checker (t/017_torture.pl) for 10 minutes, or DURATION seconds
+torture:
+	scripts/torture

@@ -15,6 +15,7 @@
 #include "hoplock.h"
 #include "compat.h"
 
+#include "catalog/namespace.h"
 #include "common/int.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
@@ -95,11 +96,26 @@ hl_arg_name(FunctionCallInfo fcinfo, int argno, const char *argname)
 					 errdetail("In a SQL_ASCII database, names and owners are checked as UTF-8.")));
 		check_controls_utf8(p, len, argname);
 	}
-	else
+	else if (OidIsValid(FindDefaultConversionProc(encoding, PG_UTF8)))
 	{
 		const char *utf8 = pg_server_to_any((const char *) p, len, PG_UTF8);
 
 		check_controls_utf8((const unsigned char *) utf8, strlen(utf8), argname);
+	}
+	else
+	{
+		/*
+		 * No conversion to Unicode (MULE_INTERNAL): every server encoding
+		 * is a superset of ASCII, so C0 and DEL at least are refused.
+		 */
+		for (int i = 0; i < len; i++)
+		{
+			if (p[i] < 0x20 || p[i] == 0x7f)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("argument \"%s\" must not contain control characters", argname),
+						 errdetail("It contains U+%04X.", p[i])));
+		}
 	}
 
 	return arg;

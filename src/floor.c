@@ -298,10 +298,18 @@ current_era(int64 *era, int64 *forgotten, bool *wrote)
 		*wrote = write_floor(&rel, &f, &next);
 	hl_close(&rel, *wrote);
 
-	era_cache.valid = true;
-	era_cache.database = MyDatabaseId;
-	era_cache.timeline = (TimeLineID) tli;
-	era_cache.era = *era;
+	/*
+	 * Cached only when the row, as committed, already says what this era
+	 * rests on: a write of it here could still roll back (or another's be
+	 * in flight), and the next term must then try again.
+	 */
+	if (!next.found && !f.inflight)
+	{
+		era_cache.valid = true;
+		era_cache.database = MyDatabaseId;
+		era_cache.timeline = (TimeLineID) tli;
+		era_cache.era = *era;
+	}
 	return true;
 }
 

@@ -51,10 +51,12 @@
 #include "access/xact.h"
 #include "common/int.h"
 #include "miscadmin.h"
+#include "replication/syncrep.h"
 #include "storage/procarray.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -177,6 +179,25 @@ hl_prevent_write(const char *fn)
 {
 	PreventCommandIfReadOnly(fn);
 	PreventCommandDuringRecovery(fn);
+}
+
+/*
+ * A change of a lease is acknowledged only once it is as durable as the
+ * server can make it: the commit flushes WAL even with synchronous_commit
+ * off, and waits for the synchronous standbys, if any, even with
+ * synchronous_commit off or local -- a standby promoted later must know
+ * every grant, renewal and release a client was told of.  (Not for the
+ * terms a session ends on its way out, which must not wait for a standby.)
+ */
+static void
+commit_durably(const LeaseRequest *req)
+{
+	ForceSyncCommit();
+	if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH &&
+		req->op != LEASE_OP_SESSION_END)
+		(void) set_config_option("synchronous_commit", "on",
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
 }
 
 /*
@@ -379,9 +400,10 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 	switch (action)
 	{
 		case ACTION_EXTEND:
+			/* never before the term began, nor its last renewal, as recorded */
 			*new = *cur;
-			new->renewed_at = now;
-			new->expires_at = add_ttl(now, req->ttl);
+			new->renewed_at = Max(now, Max(cur->renewed_at, cur->acquired_at));
+			new->expires_at = add_ttl(new->renewed_at, req->ttl);
 			break;
 
 		case ACTION_NEW_TERM:
@@ -591,7 +613,7 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 		if (tm == TM_Ok)
 		{
 			after_write(req, action, curp, result, now);
-			ForceSyncCommit();
+			commit_durably(req);
 			outcome = LEASE_DONE;
 			break;
 		}

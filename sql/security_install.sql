@@ -1,0 +1,637 @@
+-- security_install: what a role that may create objects in public (and in
+-- its own pg_temp) cannot do to hoplock -- not at CREATE EXTENSION, not
+-- at ALTER EXTENSION UPDATE, not later: its planted functions, operators,
+-- types and tables are never used by hoplock's install scripts, functions
+-- or trigger; a schema hoplock_internal made beforehand stops CREATE
+-- EXTENSION; it cannot change another role's term, write hoplock's tables,
+-- reach hoplock's C code or its objects some other way, nor change
+-- hoplock's settings by any route PostgreSQL offers.
+--
+-- It drops and creates the extension itself, so it does not depend on
+-- what the tests before it did, and it leaves the extension installed,
+-- with show(), as setup does.
+
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS hoplock CASCADE;
+CREATE EXTENSION IF NOT EXISTS dblink;
+RESET client_min_messages;
+
+CREATE ROLE regress_hoplock_planter;
+CREATE ROLE regress_hoplock_leader;
+CREATE ROLE regress_hoplock_intruder LOGIN;
+GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
+GRANT CREATE ON DATABASE contrib_regression TO regress_hoplock_planter;
+
+-- Every extension member, and what belongs to one (columns' defaults,
+-- constraints, indexes, view rules, row and array types): the objects they
+-- refer to that are not the extension's own.  Only the extension and its
+-- schema may appear: a planted function, operator or type that a view,
+-- constraint or column had been bound to would be listed.
+CREATE FUNCTION foreign_references() RETURNS SETOF text
+LANGUAGE sql AS $$
+    WITH RECURSIVE parts(classid, objid) AS (
+        SELECT d.classid, d.objid FROM pg_catalog.pg_depend AS d
+         WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND d.refobjid OPERATOR(pg_catalog.=)
+               (SELECT e.oid FROM pg_catalog.pg_extension AS e
+                 WHERE e.extname OPERATOR(pg_catalog.=) 'hoplock')
+        UNION
+        SELECT d.classid, d.objid FROM pg_catalog.pg_depend AS d
+          JOIN parts AS p ON d.refclassid OPERATOR(pg_catalog.=) p.classid
+                         AND d.refobjid OPERATOR(pg_catalog.=) p.objid
+         WHERE d.deptype OPERATOR(pg_catalog.=) ANY ('{a,i}'::pg_catalog."char"[])
+    )
+    SELECT DISTINCT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0)
+      FROM pg_catalog.pg_depend AS d
+      JOIN parts AS p ON d.classid OPERATOR(pg_catalog.=) p.classid
+                     AND d.objid OPERATOR(pg_catalog.=) p.objid
+     WHERE NOT EXISTS (SELECT FROM parts AS q
+                        WHERE q.classid OPERATOR(pg_catalog.=) d.refclassid
+                          AND q.objid OPERATOR(pg_catalog.=) d.refobjid)
+     ORDER BY 1
+$$;
+
+--------------------------------------------------------------------------
+-- A schema hoplock_internal that exists already -- here made by a role
+-- with CREATE on the database, with a table "lease" in it -- makes CREATE
+-- EXTENSION fail (42P06): hoplock never adopts a schema, or a table, it
+-- did not create.
+SET ROLE regress_hoplock_planter;
+CREATE SCHEMA hoplock_internal;
+CREATE TABLE hoplock_internal.lease (name text PRIMARY KEY, generation bigint);
+INSERT INTO hoplock_internal.lease VALUES ('planted', 1);
+GRANT USAGE ON SCHEMA hoplock_internal TO PUBLIC;
+GRANT ALL ON hoplock_internal.lease TO PUBLIC;
+RESET ROLE;
+\set VERBOSITY terse
+CREATE EXTENSION hoplock;
+\echo :LAST_ERROR_SQLSTATE
+CREATE EXTENSION IF NOT EXISTS hoplock;
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+SELECT count(*) AS installed FROM pg_extension WHERE extname = 'hoplock';
+SELECT count(*) AS functions_left_behind FROM pg_proc WHERE proname LIKE 'hoplock\_%';
+SELECT nspowner::regrole AS schema_owner FROM pg_namespace WHERE nspname = 'hoplock_internal';
+-- Even an empty one, made by a superuser.
+SET ROLE regress_hoplock_planter;
+DROP SCHEMA hoplock_internal CASCADE;
+RESET ROLE;
+CREATE SCHEMA hoplock_internal;
+\set VERBOSITY terse
+CREATE EXTENSION hoplock;
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+DROP SCHEMA hoplock_internal;
+
+--------------------------------------------------------------------------
+-- An object with the name and argument types of one of hoplock's, made
+-- beforehand in the schema hoplock is created in, makes CREATE EXTENSION
+-- fail too: the script never replaces or adopts an object it did not make.
+SET ROLE regress_hoplock_planter;
+CREATE FUNCTION public.hoplock_holder(name text) RETURNS text
+LANGUAGE sql AS $$SELECT 'planted'$$;
+RESET ROLE;
+\set VERBOSITY terse
+CREATE EXTENSION hoplock;
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+SET ROLE regress_hoplock_planter;
+DROP FUNCTION public.hoplock_holder(text);
+CREATE TYPE public.hoplock_lease AS (name text, owner text, generation bigint);
+RESET ROLE;
+\set VERBOSITY terse
+CREATE EXTENSION hoplock;
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+SET ROLE regress_hoplock_planter;
+DROP TYPE public.hoplock_lease;
+RESET ROLE;
+SELECT count(*) AS installed FROM pg_extension WHERE extname = 'hoplock';
+
+--------------------------------------------------------------------------
+-- Planted objects: each function and operator records its use in
+-- public.captured.  In public: functions and operators with the names and
+-- argument types of those the install scripts and the views use, types
+-- and tables with the names of hoplock's column types and tables.  In this
+-- session's pg_temp (searched first for tables and types, unless listed):
+-- tables named as hoplock's, and domains named as the column types.
+SET ROLE regress_hoplock_planter;
+CREATE TABLE public.captured (what text);
+GRANT SELECT, INSERT ON public.captured TO PUBLIC;
+CREATE FUNCTION public.planted(what text) RETURNS boolean
+LANGUAGE sql AS $$INSERT INTO public.captured VALUES (what) RETURNING true$$;
+
+CREATE FUNCTION public.hoplock_fence(name text, generation integer) RETURNS void
+LANGUAGE sql AS $$SELECT public.planted('hoplock_fence(text, integer)')$$;
+CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz
+LANGUAGE sql AS $$SELECT public.planted('clock_timestamp()'); SELECT pg_catalog.clock_timestamp()$$;
+CREATE FUNCTION public.now() RETURNS timestamptz
+LANGUAGE sql AS $$SELECT public.planted('now()'); SELECT pg_catalog.now()$$;
+CREATE FUNCTION public.pg_extension_config_dump(text, text) RETURNS void
+LANGUAGE sql AS $$SELECT public.planted('pg_extension_config_dump(text, text)')$$;
+CREATE FUNCTION public.pg_extension_config_dump(regclass, text) RETURNS void
+LANGUAGE sql AS $$SELECT public.planted('pg_extension_config_dump(regclass, text)')$$;
+CREATE FUNCTION public.serve_this_database() RETURNS void
+LANGUAGE sql AS $$SELECT public.planted('serve_this_database()')$$;
+CREATE FUNCTION public.blocker(name text) RETURNS integer
+LANGUAGE sql AS $$SELECT public.planted('blocker(text)'); SELECT 0$$;
+CREATE FUNCTION public.worker_status() RETURNS SETOF record
+LANGUAGE sql AS $$SELECT public.planted('worker_status()'); SELECT NULL::record WHERE false$$;
+CREATE FUNCTION public.coalesce(oid, oid) RETURNS oid
+LANGUAGE sql AS $$SELECT public.planted('coalesce(oid, oid)'); SELECT $1$$;
+
+CREATE FUNCTION public.p_text_eq(text, text) RETURNS boolean
+LANGUAGE sql AS $$SELECT public.planted('= (text, text)') AND $1 OPERATOR(pg_catalog.=) $2$$;
+CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.p_text_eq);
+CREATE FUNCTION public.p_char_ne("char", "char") RETURNS boolean
+LANGUAGE sql AS $$SELECT public.planted('<> ("char", "char")') AND $1 OPERATOR(pg_catalog.<>) $2$$;
+CREATE OPERATOR public.<> (LEFTARG = "char", RIGHTARG = "char", FUNCTION = public.p_char_ne);
+CREATE FUNCTION public.p_char_eq("char", "char") RETURNS boolean
+LANGUAGE sql AS $$SELECT public.planted('= ("char", "char")') AND $1 OPERATOR(pg_catalog.=) $2$$;
+CREATE OPERATOR public.= (LEFTARG = "char", RIGHTARG = "char", FUNCTION = public.p_char_eq);
+CREATE FUNCTION public.p_tstz_le(timestamptz, timestamptz) RETURNS boolean
+LANGUAGE sql AS $$SELECT public.planted('<= (timestamptz, timestamptz)') AND $1 OPERATOR(pg_catalog.<=) $2$$;
+CREATE OPERATOR public.<= (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = public.p_tstz_le);
+CREATE FUNCTION public.p_tstz_gt(timestamptz, timestamptz) RETURNS boolean
+LANGUAGE sql AS $$SELECT public.planted('> (timestamptz, timestamptz)') AND $1 OPERATOR(pg_catalog.>) $2$$;
+CREATE OPERATOR public.> (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = public.p_tstz_gt);
+CREATE FUNCTION public.p_tstz_mi(timestamptz, timestamptz) RETURNS interval
+LANGUAGE sql AS $$SELECT public.planted('- (timestamptz, timestamptz)'); SELECT $1 OPERATOR(pg_catalog.-) $2$$;
+CREATE OPERATOR public.- (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = public.p_tstz_mi);
+CREATE FUNCTION public.p_int84_gt(bigint, integer) RETURNS boolean
+LANGUAGE sql AS $$SELECT public.planted('> (bigint, integer)') AND $1 OPERATOR(pg_catalog.>) $2$$;
+CREATE OPERATOR public.> (LEFTARG = bigint, RIGHTARG = integer, FUNCTION = public.p_int84_gt);
+CREATE FUNCTION public.p_int84_ge(bigint, integer) RETURNS boolean
+LANGUAGE sql AS $$SELECT public.planted('>= (bigint, integer)') AND $1 OPERATOR(pg_catalog.>=) $2$$;
+CREATE OPERATOR public.>= (LEFTARG = bigint, RIGHTARG = integer, FUNCTION = public.p_int84_ge);
+CREATE FUNCTION public.p_int8_ge(bigint, bigint) RETURNS boolean
+LANGUAGE sql AS $$SELECT public.planted('>= (bigint, bigint)') AND $1 OPERATOR(pg_catalog.>=) $2$$;
+CREATE OPERATOR public.>= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = public.p_int8_ge);
+CREATE FUNCTION public.p_name_eq(name, name) RETURNS boolean
+LANGUAGE sql AS $$SELECT public.planted('= (name, name)') AND $1 OPERATOR(pg_catalog.=) $2$$;
+CREATE OPERATOR public.= (LEFTARG = name, RIGHTARG = name, FUNCTION = public.p_name_eq);
+
+CREATE DOMAIN public."char" AS integer;
+CREATE DOMAIN public.timestamptz AS integer;
+CREATE DOMAIN public.name AS integer;
+CREATE DOMAIN public.oid AS text;
+CREATE TABLE public.lease (name text, state "char", owner text);
+CREATE TABLE public.floor (system_identifier bigint);
+CREATE TABLE public.history (name text, generation bigint);
+CREATE SEQUENCE public.event_seq;
+
+CREATE TEMP TABLE lease (name text, state "char", owner text);
+CREATE TEMP TABLE floor (system_identifier bigint);
+CREATE TEMP TABLE history (name text, generation bigint);
+CREATE TEMP SEQUENCE event_seq;
+CREATE DOMAIN pg_temp.text AS pg_catalog.varchar CHECK (VALUE IS NULL);
+CREATE DOMAIN pg_temp."char" AS pg_catalog.int4;
+CREATE DOMAIN pg_temp.timestamptz AS pg_catalog.int4;
+CREATE DOMAIN pg_temp.name AS pg_catalog.int4;
+CREATE DOMAIN pg_temp.oid AS pg_catalog.int4;
+CREATE DOMAIN pg_temp.void AS pg_catalog.int4;
+RESET ROLE;
+
+-- The planted objects work: an unqualified operator in a query whose
+-- search_path lists public before pg_catalog is the planted one.
+SET search_path = public, pg_catalog;
+SELECT 'x'::pg_catalog.text = 'x'::pg_catalog.text AS captured_by_planted_operator;
+RESET search_path;
+SELECT what FROM public.captured;
+TRUNCATE public.captured;
+
+--------------------------------------------------------------------------
+-- CREATE EXTENSION with all of that in place (into public, the schema the
+-- planter may create in) succeeds, binds nothing planted, and calls none
+-- of it.
+CREATE EXTENSION hoplock;
+SELECT * FROM foreign_references();
+SELECT count(*) AS planted_uses FROM public.captured;
+SELECT a.attrelid::regclass AS "table", count(*) AS columns,
+       count(*) FILTER (WHERE t.typnamespace = 'pg_catalog'::regnamespace) AS of_pg_catalog_types
+  FROM pg_attribute AS a JOIN pg_type AS t ON t.oid = a.atttypid
+ WHERE a.attrelid IN ('hoplock_internal.lease'::regclass, 'hoplock_internal.floor'::regclass,
+                      'hoplock_internal.history'::regclass)
+   AND a.attnum > 0
+ GROUP BY 1 ORDER BY 1;
+
+CREATE FUNCTION show(l hoplock_lease) RETURNS pg_catalog.text
+LANGUAGE sql AS $$
+    SELECT CASE WHEN l IS NULL THEN 'NULL'
+                ELSE format('%s/%s/g%s', l.name, l.owner, l.generation)
+           END
+$$;
+
+-- Every function, the views and the trigger, called by an ordinary role
+-- with the planted objects first in its search_path (pg_temp first for
+-- tables and types, public before pg_catalog for the rest): the state
+-- goes to hoplock's tables, and nothing planted is used.
+CREATE TABLE si_work (id int, generation bigint);
+GRANT ALL ON si_work TO regress_hoplock_leader;
+CREATE TRIGGER si_work_fenced BEFORE INSERT OR UPDATE OR DELETE ON si_work
+    FOR EACH ROW EXECUTE FUNCTION public.hoplock_fenced('si-planted', 'generation');
+SET ROLE regress_hoplock_leader;
+SET search_path = pg_temp, public, pg_catalog;
+SELECT public.show(public.hoplock_acquire('si-planted', 'a', '1 h'::pg_catalog.interval));
+SELECT public.show(public.hoplock_renew('si-planted', 'a', '1 h'::pg_catalog.interval, 1::pg_catalog.int8));
+SELECT public.show(public.hoplock_holder('si-planted')), public.show(public.hoplock_read('si-planted'));
+BEGIN;
+SELECT public.hoplock_fence('si-planted', 1::pg_catalog.int8);
+INSERT INTO public.si_work VALUES (1, 1);
+COMMIT;
+INSERT INTO public.si_work VALUES (2, 2);
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT public.hoplock_fence('si-planted', 2::pg_catalog.int8);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT public.show(public.hoplock_wait('si-planted', 'b', '1 h'::pg_catalog.interval, '0'::pg_catalog.interval));
+SELECT name, owner, generation, expired, remaining > '0'::pg_catalog.interval AS running, role, blocked_by
+  FROM public.hoplock_leases;
+SELECT public.hoplock_release('si-planted', 'a', 1::pg_catalog.int8);
+SELECT public.show(public.hoplock_write('si-planted', NULL, 'c', '1 h'::pg_catalog.interval));
+SELECT public.hoplock_delete('si-planted', (SELECT handle FROM public.hoplock_read('si-planted')));
+SELECT public.show(public.hoplock_acquire('si-planted', 'd', '1 h'::pg_catalog.interval, session_bound => true));
+SELECT name, owner, generation, how FROM public.hoplock_history ORDER BY generation;
+SELECT event, name, owner, generation FROM public.hoplock_events(0::pg_catalog.int8) ORDER BY seq;
+RESET search_path;
+RESET ROLE;
+SET search_path = pg_temp, public, pg_catalog;
+SELECT public.hoplock_force_release('si-planted');
+SELECT public.hoplock_forget('si-planted');
+RESET search_path;
+SELECT count(*) AS planted_uses FROM public.captured;
+SELECT (SELECT count(*) FROM pg_temp.lease) + (SELECT count(*) FROM pg_temp.floor)
+     + (SELECT count(*) FROM pg_temp.history) + (SELECT count(*) FROM public.lease)
+     + (SELECT count(*) FROM public.floor) + (SELECT count(*) FROM public.history) AS planted_rows,
+       (SELECT is_called FROM pg_temp.event_seq) AS temp_seq_used,
+       (SELECT is_called FROM public.event_seq) AS public_seq_used;
+SELECT name, state, owner, generation FROM hoplock_internal.lease;
+SELECT count(*) AS floor_rows FROM hoplock_internal.floor;
+SELECT id, generation FROM si_work;
+
+--------------------------------------------------------------------------
+-- The same for the upgrade script: 1.0.0 installed, then updated, with
+-- everything planted still in place.
+DROP TABLE si_work;
+DROP FUNCTION show(hoplock_lease);
+DROP EXTENSION hoplock;
+CREATE EXTENSION hoplock VERSION '1.0.0';
+ALTER EXTENSION hoplock UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'hoplock';
+SELECT * FROM foreign_references();
+SELECT count(*) AS planted_uses FROM public.captured;
+SET ROLE regress_hoplock_leader;
+SET search_path = pg_temp, public, pg_catalog;
+SELECT public.hoplock_acquire('si-upgraded', 'a', '1 h'::pg_catalog.interval) IS NOT NULL AS acquired;
+SELECT count(*) AS running FROM public.hoplock_leases WHERE NOT expired;
+SELECT public.hoplock_release('si-upgraded', 'a');
+RESET search_path;
+RESET ROLE;
+SELECT count(*) AS planted_uses FROM public.captured;
+SELECT name, state, owner FROM hoplock_internal.lease;
+-- (the domains in pg_temp go: they would capture this file's own types)
+SET ROLE regress_hoplock_planter;
+DROP DOMAIN pg_temp.text, pg_temp."char", pg_temp.timestamptz, pg_temp.name, pg_temp.oid, pg_temp.void;
+RESET ROLE;
+
+-- Planting more after the install changes nothing either: a function
+-- hoplock_fence(text, integer) in pg_temp and hoplock_fenced() in a schema
+-- of the planter's, first in the search_path, are not what the trigger or
+-- the qualified calls use.
+SET ROLE regress_hoplock_planter;
+CREATE SCHEMA regress_planted;
+GRANT USAGE ON SCHEMA regress_planted TO PUBLIC;
+CREATE FUNCTION regress_planted.hoplock_fenced() RETURNS trigger
+LANGUAGE plpgsql AS $$BEGIN PERFORM public.planted('hoplock_fenced()'); RETURN NEW; END$$;
+CREATE FUNCTION regress_planted.hoplock_fence(name text, generation bigint) RETURNS void
+LANGUAGE sql AS $$SELECT public.planted('regress_planted.hoplock_fence(text, bigint)')$$;
+CREATE FUNCTION pg_temp.hoplock_fence(name text, generation bigint) RETURNS void
+LANGUAGE sql AS $$SELECT public.planted('pg_temp.hoplock_fence(text, bigint)')$$;
+RESET ROLE;
+CREATE TABLE si_late (generation int);
+GRANT ALL ON si_late TO regress_hoplock_leader;
+CREATE TRIGGER si_late_fenced BEFORE INSERT ON si_late
+    FOR EACH ROW EXECUTE FUNCTION public.hoplock_fenced('si-late', 'generation');
+SET ROLE regress_hoplock_leader;
+SET search_path = regress_planted, pg_temp, public, pg_catalog;
+SELECT public.hoplock_acquire('si-late', 'a', '1 h'::pg_catalog.interval) IS NOT NULL AS acquired;
+SELECT generation AS g FROM public.hoplock_read('si-late') \gset
+INSERT INTO public.si_late VALUES (:g);
+INSERT INTO public.si_late VALUES (:g + 1);
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT public.hoplock_fence('si-late', (:g + 1)::pg_catalog.int8);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT public.hoplock_release('si-late', 'a');
+RESET search_path;
+RESET ROLE;
+SELECT count(*) AS planted_uses FROM public.captured;
+SELECT count(*) AS rows_written FROM si_late;
+DROP TABLE si_late;
+
+--------------------------------------------------------------------------
+-- Another role's term: not with the forms privileges.sql leaves out (renew
+-- and release naming the generation, wait, a session-bound acquire, the
+-- trigger on a table of one's own), whatever the owner string.
+SET ROLE regress_hoplock_leader;
+SELECT hoplock_acquire('si-term', 'w', '1 h') IS NOT NULL AS acquired;
+SELECT generation AS g FROM hoplock_read('si-term') \gset
+RESET ROLE;
+-- hoplock's tables, whole, to show that the refused calls below change nothing.
+CREATE FUNCTION state_digest() RETURNS text
+LANGUAGE sql AS $$
+    SELECT md5(concat_ws('|',
+        (SELECT string_agg(l::text, ',' ORDER BY l.name) FROM hoplock_internal.lease AS l),
+        (SELECT string_agg(f::text, ',') FROM hoplock_internal.floor AS f),
+        (SELECT string_agg(h::text, ',' ORDER BY h.name, h.generation) FROM hoplock_internal.history AS h)))
+$$;
+
+SELECT state_digest() AS before \gset
+SET ROLE regress_hoplock_intruder;
+SELECT hoplock_renew('si-term', 'w', '1 h', :g);
+\echo :LAST_ERROR_SQLSTATE
+SELECT hoplock_release('si-term', 'w', :g);
+\echo :LAST_ERROR_SQLSTATE
+SELECT hoplock_wait('si-term', 'w', '1 h', '0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT hoplock_wait('si-term', 'w', '1 h', '10 ms', session_bound => true);
+\echo :LAST_ERROR_SQLSTATE
+SELECT hoplock_acquire('si-term', 'w', '1 h', session_bound => true);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+CREATE TABLE si_intruder (generation bigint);
+ALTER TABLE si_intruder OWNER TO regress_hoplock_intruder;
+SET ROLE regress_hoplock_intruder;
+CREATE TRIGGER si_intruder_fenced BEFORE INSERT ON si_intruder
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('si-term', 'generation');
+INSERT INTO si_intruder VALUES (:g);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT state_digest() = :'before' AS unchanged;
+SELECT count(*) AS intruder_rows FROM si_intruder;
+DROP TABLE si_intruder;
+
+--------------------------------------------------------------------------
+-- hoplock's tables and sequence: no write of any kind, no lock, no DDL,
+-- no objects added to its schema -- first refused at the schema, then,
+-- were USAGE on it granted by mistake, at each object.
+SET ROLE regress_hoplock_intruder;
+DELETE FROM hoplock_internal.lease;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE hoplock_internal.lease;
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO hoplock_internal.floor VALUES (1, 1, 0, 1, 1, 0);
+\echo :LAST_ERROR_SQLSTATE
+UPDATE hoplock_internal.floor SET forgotten = 0;
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM hoplock_internal.floor;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE hoplock_internal.floor;
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO hoplock_internal.history VALUES ('x', 1, 'x', 'x', now(), 1);
+\echo :LAST_ERROR_SQLSTATE
+UPDATE hoplock_internal.history SET how = 'released';
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM hoplock_internal.history;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE hoplock_internal.history;
+\echo :LAST_ERROR_SQLSTATE
+SELECT setval('hoplock_internal.event_seq', 1);
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+LOCK TABLE hoplock_internal.lease IN ACCESS SHARE MODE;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+ALTER TABLE hoplock_internal.lease DISABLE TRIGGER ALL;
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE hoplock_internal.extra (x int);
+\echo :LAST_ERROR_SQLSTATE
+SELECT hoplock_internal.serve_this_database();
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+GRANT USAGE ON SCHEMA hoplock_internal TO regress_hoplock_intruder;
+SET ROLE regress_hoplock_intruder;
+SELECT count(*) FROM hoplock_internal.lease;
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM hoplock_internal.lease;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE hoplock_internal.lease;
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO hoplock_internal.floor VALUES (1, 1, 0, 1, 1, 0);
+\echo :LAST_ERROR_SQLSTATE
+UPDATE hoplock_internal.floor SET forgotten = 0;
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM hoplock_internal.floor;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE hoplock_internal.floor;
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO hoplock_internal.history VALUES ('x', 1, 'x', 'x', now(), 1);
+\echo :LAST_ERROR_SQLSTATE
+UPDATE hoplock_internal.history SET how = 'released';
+\echo :LAST_ERROR_SQLSTATE
+DELETE FROM hoplock_internal.history;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE hoplock_internal.history;
+\echo :LAST_ERROR_SQLSTATE
+SELECT nextval('hoplock_internal.event_seq');
+\echo :LAST_ERROR_SQLSTATE
+SELECT setval('hoplock_internal.event_seq', 1);
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+LOCK TABLE hoplock_internal.lease IN ACCESS SHARE MODE;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+LOCK TABLE hoplock_internal.history IN ACCESS EXCLUSIVE MODE;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+CREATE TABLE hoplock_internal.extra (x int);
+\echo :LAST_ERROR_SQLSTATE
+SELECT hoplock_internal.serve_this_database();
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+REVOKE USAGE ON SCHEMA hoplock_internal FROM regress_hoplock_intruder;
+SELECT state_digest() = :'before' AS unchanged;
+
+--------------------------------------------------------------------------
+-- hoplock's objects themselves: the planter, who may create in public
+-- where they live, cannot replace, alter, drop or re-grant them, add its
+-- own function to the extension, or reach hoplock's C functions (such as
+-- the ones not granted to PUBLIC) through a function of its own.
+SET ROLE regress_hoplock_planter;
+CREATE OR REPLACE FUNCTION public.hoplock_fence(name text, generation bigint) RETURNS void
+LANGUAGE sql AS $$SELECT NULL::void$$;
+\echo :LAST_ERROR_SQLSTATE
+ALTER FUNCTION public.hoplock_fence(text, bigint) SECURITY DEFINER;
+\echo :LAST_ERROR_SQLSTATE
+DROP FUNCTION public.hoplock_release(text, text);
+\echo :LAST_ERROR_SQLSTATE
+ALTER TYPE public.hoplock_lease ADD ATTRIBUTE extra int;
+\echo :LAST_ERROR_SQLSTATE
+CREATE OR REPLACE VIEW public.hoplock_leases AS SELECT 1 AS name;
+\echo :LAST_ERROR_SQLSTATE
+ALTER EXTENSION hoplock ADD FUNCTION public.planted(text);
+\echo :LAST_ERROR_SQLSTATE
+ALTER EXTENSION hoplock UPDATE;
+\echo :LAST_ERROR_SQLSTATE
+DROP EXTENSION hoplock;
+\echo :LAST_ERROR_SQLSTATE
+GRANT EXECUTE ON FUNCTION public.hoplock_force_release(text), public.hoplock_forget(text),
+      public.hoplock_stats_reset() TO PUBLIC;
+\echo :LAST_ERROR_SQLSTATE
+CREATE FUNCTION public.my_forget(text) RETURNS boolean
+AS 'hoplock', 'hoplock_forget' LANGUAGE C;
+\echo :LAST_ERROR_SQLSTATE
+CREATE FUNCTION public.my_force_release(text) RETURNS boolean
+AS '$libdir/hoplock', 'hoplock_force_release' LANGUAGE C;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT p.oid::regprocedure AS function,
+       has_function_privilege('regress_hoplock_intruder', p.oid, 'EXECUTE') AS intruder_may_call
+  FROM pg_proc AS p
+ WHERE p.proname IN ('hoplock_force_release', 'hoplock_forget', 'hoplock_stats_reset')
+ ORDER BY p.proname;
+SELECT p.oid::regprocedure AS function, p.prosecdef, p.prosrc
+  FROM pg_proc AS p
+ WHERE p.oid = 'public.hoplock_fence(text, bigint)'::regprocedure;
+SELECT count(*) AS members FROM pg_depend
+ WHERE refobjid = (SELECT oid FROM pg_extension WHERE extname = 'hoplock') AND deptype = 'e';
+
+--------------------------------------------------------------------------
+-- Settings: an ordinary role changes none but hoplock.notify_renewals, by
+-- SET, SET LOCAL, set_config, ALTER ROLE (itself or another), ALTER
+-- DATABASE (not its owner, then its owner), ALTER SYSTEM, or options at
+-- connection.  guc.sql and security.sql cover SET of max_ttl, channel,
+-- log_events and max_names_per_role.
+SET ROLE regress_hoplock_intruder;
+BEGIN;
+SET LOCAL hoplock.max_ttl = '100 d';
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT set_config('hoplock.max_ttl', '100d', false);
+\echo :LAST_ERROR_SQLSTATE
+SELECT set_config('hoplock.log_events', 'on', true);
+\echo :LAST_ERROR_SQLSTATE
+SET hoplock.history_size = 0;
+\echo :LAST_ERROR_SQLSTATE
+SET hoplock.released_retention = 1;
+\echo :LAST_ERROR_SQLSTATE
+SET hoplock.hung_holder_timeout = 0;
+\echo :LAST_ERROR_SQLSTATE
+SET hoplock.naptime = 1;
+\echo :LAST_ERROR_SQLSTATE
+SET hoplock.databases = 'nothing';
+\echo :LAST_ERROR_SQLSTATE
+SET hoplock.max_tracked_leases = 100;
+\echo :LAST_ERROR_SQLSTATE
+SET hoplock.max_databases = 1;
+\echo :LAST_ERROR_SQLSTATE
+SET hoplock.queue_size = 16;
+\echo :LAST_ERROR_SQLSTATE
+ALTER ROLE regress_hoplock_intruder SET hoplock.max_ttl = '100 d';
+\echo :LAST_ERROR_SQLSTATE
+ALTER ROLE regress_hoplock_intruder SET hoplock.log_events = on;
+\echo :LAST_ERROR_SQLSTATE
+ALTER ROLE regress_hoplock_intruder SET hoplock.max_names_per_role = 0;
+\echo :LAST_ERROR_SQLSTATE
+ALTER ROLE regress_hoplock_intruder SET hoplock.channel = 'other';
+\echo :LAST_ERROR_SQLSTATE
+ALTER ROLE regress_hoplock_intruder SET hoplock.history_size = 0;
+\echo :LAST_ERROR_SQLSTATE
+ALTER ROLE regress_hoplock_intruder SET hoplock.queue_size = 16;
+\echo :LAST_ERROR_SQLSTATE
+ALTER ROLE regress_hoplock_intruder SET hoplock.no_such_setting = 1;
+\echo :LAST_ERROR_SQLSTATE
+ALTER ROLE regress_hoplock_intruder IN DATABASE contrib_regression SET hoplock.max_ttl = '100 d';
+\echo :LAST_ERROR_SQLSTATE
+-- notify_renewals is any session's to choose, for its own renewals
+ALTER ROLE regress_hoplock_intruder SET hoplock.notify_renewals = on;
+ALTER ROLE regress_hoplock_intruder RESET hoplock.notify_renewals;
+ALTER ROLE regress_hoplock_leader SET hoplock.notify_renewals = on;
+\echo :LAST_ERROR_SQLSTATE
+ALTER DATABASE contrib_regression SET hoplock.notify_renewals = on;
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET hoplock.max_ttl = '100 d';
+\echo :LAST_ERROR_SQLSTATE
+ALTER SYSTEM SET hoplock.channel = 'other';
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+-- The owner of a database: ALTER DATABASE SET only what any session may
+-- SET.
+SELECT datdba::regrole AS dbowner FROM pg_database WHERE datname = current_database() \gset
+ALTER DATABASE contrib_regression OWNER TO regress_hoplock_intruder;
+SET ROLE regress_hoplock_intruder;
+ALTER DATABASE contrib_regression SET hoplock.max_ttl = '100 d';
+\echo :LAST_ERROR_SQLSTATE
+ALTER DATABASE contrib_regression SET hoplock.log_events = on;
+\echo :LAST_ERROR_SQLSTATE
+ALTER DATABASE contrib_regression SET hoplock.max_names_per_role = 0;
+\echo :LAST_ERROR_SQLSTATE
+ALTER DATABASE contrib_regression SET hoplock.channel = 'other';
+\echo :LAST_ERROR_SQLSTATE
+ALTER DATABASE contrib_regression SET hoplock.hung_holder_timeout = 0;
+\echo :LAST_ERROR_SQLSTATE
+ALTER DATABASE contrib_regression SET hoplock.notify_renewals = on;
+ALTER DATABASE contrib_regression RESET hoplock.notify_renewals;
+RESET ROLE;
+ALTER DATABASE contrib_regression OWNER TO :"dbowner";
+
+-- Options at connection (PGOPTIONS): refused before the session starts.
+CREATE FUNCTION try_options(options text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    detail text;
+BEGIN
+    PERFORM dblink_connect('si_options',
+        format('dbname=%s port=%s host=%s user=regress_hoplock_intruder options=%L',
+               current_database(), current_setting('port'),
+               split_part(current_setting('unix_socket_directories'), ',', 1),
+               options));
+    PERFORM dblink_disconnect('si_options');
+    RETURN 'connected';
+EXCEPTION WHEN sqlclient_unable_to_establish_sqlconnection THEN
+    GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+    RETURN substring(detail FROM 'FATAL:\s+([^\n]*)');
+END $$;
+SELECT try_options('-c hoplock.max_ttl=100d');
+SELECT try_options('-c hoplock.log_events=on');
+SELECT try_options('-c hoplock.max_names_per_role=0');
+SELECT try_options('-c hoplock.channel=other');
+SELECT try_options('-c hoplock.notify_renewals=on');
+DROP FUNCTION try_options(text);
+
+-- Nothing was stored, and the settings and their effect are as before.
+SELECT count(*) AS stored_hoplock_settings
+  FROM pg_db_role_setting, unnest(setconfig) AS s
+ WHERE s LIKE 'hoplock.%';
+SET ROLE regress_hoplock_intruder;
+SHOW hoplock.max_ttl;
+SHOW hoplock.log_events;
+SHOW hoplock.max_names_per_role;
+SHOW hoplock.history_size;
+SELECT hoplock_acquire('si-ttl', 'i', '25 h');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+--------------------------------------------------------------------------
+-- Clean up: the planter's objects go with DROP OWNED, which fails if
+-- anything of hoplock's depends on one of them.
+SELECT hoplock_force_release('si-term');
+DROP FUNCTION foreign_references(), state_digest();
+DROP OWNED BY regress_hoplock_planter;
+DROP OWNED BY regress_hoplock_leader;
+DROP OWNED BY regress_hoplock_intruder;
+DROP ROLE regress_hoplock_planter, regress_hoplock_leader, regress_hoplock_intruder;
+SELECT count(*) AS installed FROM pg_extension WHERE extname = 'hoplock';
+SELECT * FROM hoplock_internal.lease WHERE name LIKE 'si-%' AND state = 'h';
+
+CREATE FUNCTION show(l hoplock_lease) RETURNS text
+LANGUAGE sql AS $$
+    SELECT CASE WHEN l IS NULL THEN 'NULL'
+                ELSE format('%s/%s/g%s', l.name, l.owner, l.generation)
+           END
+$$;
