@@ -71,6 +71,7 @@ ISOLATION = \
 	fenced_writes \
 	events_resume \
 	history_busy \
+	names_per_role \
 	reindex_concurrently
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 

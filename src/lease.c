@@ -376,8 +376,25 @@ check_names_per_role(HlRelation *rel)
 {
 	int64		n;
 
+	char		key[32];
+
 	if (hl_max_names_per_role <= 0 || superuser())
 		return;
+
+	/*
+	 * One transaction of a role creates names at a time, holding a lock of
+	 * the role (keyed like a term lock, by a name no lease can have: it
+	 * begins with a control character) until it ends; otherwise sessions
+	 * counting at once would each find room.
+	 */
+	snprintf(key, sizeof(key), "\x01role %u", GetUserId());
+	if (!hl_term_trylock(cstring_to_text(key), ExclusiveLock))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("another transaction of role \"%s\" is creating lease names",
+						NameStr(*current_role_name())),
+				 errdetail("\"hoplock.max_names_per_role\" is set: a role creates names one transaction at a time."),
+				 errhint("The call changed nothing; try it again.")));
 	n = hl_store_count_role(rel, GetUserId(), hl_max_names_per_role);
 	if (n >= hl_max_names_per_role)
 		ereport(ERROR,
