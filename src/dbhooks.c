@@ -290,6 +290,9 @@ utility(HL_UTILITY_ARGS)
 											true);
 	if (hl_shared != NULL && changes_state_behind_hoplock(stmt))
 		read_again_at_commit = true;
+	/* IS_TEMPLATE, ALLOW_CONNECTIONS: the launcher looks again */
+	if (hl_shared != NULL && IsA(stmt, AlterDatabaseStmt))
+		hl_wake_launcher(InvalidOid);
 }
 
 static void

@@ -71,6 +71,8 @@ typedef struct KnownDatabase
 	char		name[NAMEDATALEN];
 	bool		confirmed;		/* known to have hoplock: a worker found it
 								 * there, or it asked to be served */
+	const char *excluded;		/* why it cannot be served at all (a
+								 * template, no connections), or NULL */
 	char		why[96];		/* why it has no worker: "" if none failed */
 	bool		warned;			/* about "why" */
 } KnownDatabase;
@@ -139,7 +141,10 @@ read_databases(void)
 
 	hash_seq_init(&status, known);
 	while ((db = hash_seq_search(&status)) != NULL)
+	{
 		db->seen = false;
+		db->excluded = NULL;
+	}
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -152,7 +157,15 @@ read_databases(void)
 		bool		found;
 
 		if (!form->datallowconn || form->datistemplate)
+		{
+			/* one it served before: its owner took it out of service */
+			db = hash_search(known, &form->oid, HASH_FIND, NULL);
+			if (db != NULL)
+				db->excluded = !form->datallowconn ?
+					"the database does not allow connections" :
+					"the database is a template";
 			continue;
+		}
 		db = hash_search(known, &form->oid, HASH_ENTER, &found);
 		if (!found)
 		{
@@ -259,7 +272,7 @@ harvest_slots(const Oid *requested, int nrequested)
 			if (worker_gone(i))
 			{
 				free_slot(i);
-				if (db != NULL)
+				if (db != NULL && db->excluded == NULL)
 					hash_search(known, &dboid, HASH_REMOVE, NULL);
 			}
 			continue;
@@ -423,6 +436,15 @@ reconcile(Oid *requested, int nrequested, bool rescan_all)
 	{
 		if (rescan_all)
 			db->absent = false;
+		if (db->excluded != NULL && db->confirmed && db->wanted &&
+			nunserved < HL_MAX_UNSERVED)
+		{
+			unserved[nunserved].dboid = db->dboid;
+			strlcpy(unserved[nunserved].reason, db->excluded,
+					sizeof(unserved[nunserved].reason));
+			nunserved++;
+			continue;
+		}
 		if (!db->seen || !db->wanted || db->absent || has_slot(db->dboid))
 		{
 			db->why[0] = '\0';

@@ -121,5 +121,20 @@ is($node->safe_psql($unserved,
 ok(!$node->log_contains('hoplock could not start a worker for database "postgres"'),
 	'no warning for a database without hoplock');
 
+# A database its owner takes out of service (a template, no connections) is
+# listed with the reason, and served again when it is back.
+$node->safe_psql('postgres', "ALTER DATABASE $unserved IS_TEMPLATE true");
+$node->poll_query_until($other, qq{
+	SELECT reason = 'the database is a template' FROM hoplock_workers
+	 WHERE datname = '$unserved'})
+  or die 'a template database is not listed';
+pass('a database made a template is listed as unserved, with the reason');
+$node->safe_psql('postgres', "ALTER DATABASE $unserved IS_TEMPLATE false");
+$node->poll_query_until($other, qq{
+	SELECT count(*) = 1 FROM hoplock_workers
+	 WHERE datname = '$unserved' AND (state <> 'unserved' OR reason <> 'the database is a template')})
+  or die 'the database was not looked at again';
+pass('and looked at again when it is not a template any more');
+
 $node->stop;
 done_testing();
