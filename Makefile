@@ -88,7 +88,7 @@ include $(PGXS)
 $(OBJS): src/hoplock.h src/compat.h src/schedule.h src/shmem.h
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test demo bench bench-quick dist torture
+.PHONY: check-regress check-isolation check-tap test test-matrix test-valgrind demo bench bench-quick dist torture
 
 check-regress:
 	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
@@ -119,3 +119,12 @@ dist:
 # The torture checker (t/017_torture.pl) for 10 minutes, or DURATION seconds
 torture:
 	scripts/torture
+
+# Every suite against assert-enabled builds of each PostgreSQL version
+# (scripts/pg-build); test-matrix VERSIONS="13 18" for some of them
+test-matrix:
+	scripts/test-matrix $(VERSIONS)
+
+# The regression and isolation suites under valgrind (assert-enabled 15)
+test-valgrind:
+	scripts/test-valgrind

@@ -86,27 +86,50 @@ open_indexes(HlRelation *rel, RowWrite *w)
 	ExecOpenIndices(w->rri, false);
 }
 
-/* Fire the queued AFTER triggers as the table's owner, and clean up. */
+/* The user a trigger runs as: the table's owner (see the file header) */
+typedef struct AsOwner
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+} AsOwner;
+
+static void
+as_owner_begin(HlRelation *rel, AsOwner *o)
+{
+	GetUserIdAndSecContext(&o->save_userid, &o->save_sec_context);
+	SetUserIdAndSecContext(rel->heap->rd_rel->relowner,
+						   o->save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	o->save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+}
+
+static void
+as_owner_end(AsOwner *o)
+{
+	AtEOXact_GUC(false, o->save_nestlevel);
+	SetUserIdAndSecContext(o->save_userid, o->save_sec_context);
+}
+
+/*
+ * Fire the queued AFTER triggers as the table's owner, and clean up.  The
+ * events are queued as the owner too: since PostgreSQL 18 an AFTER trigger
+ * runs as the role that queued its event, before as the one current when it
+ * fires.
+ */
 static void
 end_write(HlRelation *rel, RowWrite *w)
 {
 	if (w->triggers)
 	{
-		Oid			save_userid;
-		int			save_sec_context;
-		int			save_nestlevel;
+		AsOwner		o;
 
-		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		SetUserIdAndSecContext(rel->heap->rd_rel->relowner,
-							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-							   SECURITY_RESTRICTED_OPERATION);
-		save_nestlevel = NewGUCNestLevel();
-		(void) set_config_option("search_path", "pg_catalog, pg_temp",
-								 PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
+		as_owner_begin(rel, &o);
 		AfterTriggerEndQuery(w->estate);
-		AtEOXact_GUC(false, save_nestlevel);
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		as_owner_end(&o);
 	}
 	hl_close_result_rels(w->estate, w->rri);
 	ExecResetTupleTable(w->estate->es_tupleTable, false);
@@ -141,7 +164,13 @@ hl_row_insert(HlRelation *rel, HeapTuple tuple)
 	open_indexes(rel, &w);
 	recheck = hl_insert_index_tuples(w.rri, w.slot, w.estate, false, false);
 	if (w.triggers)
+	{
+		AsOwner		o;
+
+		as_owner_begin(rel, &o);
 		ExecARInsertTriggers(w.estate, w.rri, w.slot, recheck, NULL);
+		as_owner_end(&o);
+	}
 	list_free(recheck);
 	end_write(rel, &w);
 }
@@ -186,7 +215,13 @@ hl_row_update(HlRelation *rel, ItemPointer otid, HeapTuple tuple)
 											 indexes == HL_INDEX_SUMMARIZING);
 		}
 		if (w.triggers)
+		{
+			AsOwner		o;
+
+			as_owner_begin(rel, &o);
 			hl_ar_update_triggers(w.estate, w.rri, otid, w.slot, recheck);
+			as_owner_end(&o);
+		}
 		list_free(recheck);
 		end_write(rel, &w);
 	}
@@ -231,8 +266,12 @@ hl_row_delete(HlRelation *rel, ItemPointer otid)
 						 &tmfd, false);
 	if (result == TM_Ok && hl_table_has_after_triggers(rel))
 	{
+		AsOwner		o;
+
 		begin_write(rel, &w);
+		as_owner_begin(rel, &o);
 		hl_ar_delete_triggers(w.estate, w.rri, otid);
+		as_owner_end(&o);
 		end_write(rel, &w);
 	}
 	return result;
