@@ -182,18 +182,19 @@ hl_prevent_write(const char *fn)
 }
 
 /*
- * A change of a lease is acknowledged only once it is as durable as the
- * server can make it: the commit flushes WAL even with synchronous_commit
- * off, and waits for the synchronous standbys, if any, even with
- * synchronous_commit off or local -- a standby promoted later must know
- * every grant, renewal and release a client was told of.  (Not for the
- * terms a session ends on its way out, which must not wait for a standby.)
+ * A change of a lease is acknowledged only once it is durable: the commit
+ * flushes WAL even with synchronous_commit = off, and then also waits for
+ * the synchronous standbys, if any, as "on" does -- a standby promoted
+ * later must know every grant, renewal and release a client was told of.
+ * synchronous_commit = local, the explicit choice not to wait for
+ * standbys, is left as it is.  (Nor for the terms a session ends on its
+ * way out, which must not wait for a standby.)
  */
 static void
 commit_durably(const LeaseRequest *req)
 {
 	ForceSyncCommit();
-	if (synchronous_commit < SYNCHRONOUS_COMMIT_REMOTE_FLUSH &&
+	if (synchronous_commit == SYNCHRONOUS_COMMIT_OFF &&
 		req->op != LEASE_OP_SESSION_END)
 		(void) set_config_option("synchronous_commit", "on",
 								 PGC_USERSET, PGC_S_SESSION,
