@@ -332,7 +332,6 @@ extern void hl_session_init(void);
 extern void hl_register_launcher(void);
 extern void hl_install_hooks(void);
 extern void hl_wake_launcher_at_commit(void);
-extern void hl_launcher_init(void);
 extern PGDLLEXPORT void hoplock_launcher_main(Datum arg);
 extern PGDLLEXPORT void hoplock_worker_main(Datum arg);
 

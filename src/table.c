@@ -253,17 +253,22 @@ extension_version(Oid extoid)
 	return version;
 }
 
-/* Are the extension's SQL objects of the version this library needs? */
+/* Is extension "extoid"'s SQL of the version this library needs? */
+static bool
+version_current(Oid extoid)
+{
+	char	   *version = extension_version(extoid);
+
+	return version != NULL && strcmp(version, HL_SQL_VERSION) == 0;
+}
+
+/* Are the extension's SQL objects there, of the version this library needs? */
 bool
 hl_extension_current(void)
 {
 	Oid			extoid = get_extension_oid("hoplock", true);
-	char	   *version;
 
-	if (!OidIsValid(extoid))
-		return false;
-	version = extension_version(extoid);
-	return version != NULL && strcmp(version, HL_SQL_VERSION) == 0;
+	return OidIsValid(extoid) && version_current(extoid);
 }
 
 /*
@@ -286,14 +291,16 @@ find_table(HlRel which, bool missing_ok)
 		not_installed();
 	}
 
-	version = extension_version(extoid);
-	if (version == NULL || strcmp(version, HL_SQL_VERSION) != 0)
+	if (!version_current(extoid))
+	{
+		version = extension_version(extoid);
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("extension \"hoplock\" must be updated"),
 				 errdetail("Its SQL objects are version %s; the hoplock library loaded needs version %s.",
 						   version ? version : "(unknown)", HL_SQL_VERSION),
 				 errhint("Run ALTER EXTENSION hoplock UPDATE.")));
+	}
 
 	nsp = get_namespace_oid(HL_SCHEMA, true);
 	if (OidIsValid(nsp))
