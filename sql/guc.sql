@@ -16,8 +16,11 @@ SELECT name, setting, unit, context, vartype, min_val, max_val
 SET hoplock.channel = 'other';
 \echo :LAST_ERROR_SQLSTATE
 
--- Bad values are refused.
+-- Bad values are refused.  (The range in the message of the first one has
+-- units from PostgreSQL 16 on: only its SQLSTATE is shown.)
+\set VERBOSITY sqlstate
 SET hoplock.max_ttl = 0;
+\set VERBOSITY default
 SET hoplock.max_ttl = '1 week';
 SET hoplock.notify_renewals = 'maybe';
 

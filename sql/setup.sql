@@ -19,11 +19,22 @@ LANGUAGE sql AS $$
 $$;
 
 -- What the extension created, and that nothing in it is SECURITY DEFINER.
+-- PostgreSQL 17 and later also record the row types of its tables and views
+-- and every array type as members; implicit_type leaves them out, so that the
+-- list is the same on every version.
+CREATE FUNCTION implicit_type(classid oid, objid oid) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT classid = 'pg_type'::regclass
+       AND (EXISTS (SELECT FROM pg_type WHERE typarray = objid)
+            OR EXISTS (SELECT FROM pg_type AS t JOIN pg_class AS c ON c.oid = t.typrelid
+                        WHERE t.oid = objid AND c.relkind <> 'c'))
+$$;
 SELECT pg_describe_object(classid, objid, objsubid) AS object
   FROM pg_depend
  WHERE refclassid = 'pg_extension'::regclass
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'hoplock')
    AND deptype = 'e'
+   AND NOT implicit_type(classid, objid)
  ORDER BY 1;
 
 SELECT count(*) AS security_definer_functions
