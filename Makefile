@@ -49,6 +49,7 @@ REGRESS = \
 	events \
 	durability \
 	guc \
+	guc_prefix \
 	hot_renewals \
 	two_phase \
 	table_integrity \

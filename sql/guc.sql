@@ -24,9 +24,6 @@ SET hoplock.max_ttl = 0;
 SET hoplock.max_ttl = '1 week';
 SET hoplock.notify_renewals = 'maybe';
 
--- The prefix is reserved.
-SET hoplock.no_such_setting = 1;
-
 -- max_ttl takes units and bounds ttl at once.
 SET hoplock.max_ttl = '10s';
 SELECT hoplock_acquire('guc', 'a', '11 s');
