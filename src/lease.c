@@ -51,7 +51,10 @@
 #include "access/xact.h"
 #include "common/int.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "replication/syncrep.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
 #include "storage/procarray.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
@@ -518,6 +521,41 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 }
 
 /*
+ * How long an acquire waits for the row of a lapsed term that another
+ * transaction is changing, in all.
+ */
+#define ANNOUNCE_WAIT_MS	50
+
+/*
+ * The expiry worker announces a lapsed term in a transaction, holding the
+ * lease's row until it commits.  An acquire that finds the row of a lapsed
+ * term that nobody announced yet being changed waits for that, polling, up
+ * to ANNOUNCE_WAIT_MS in all (from *since, set at the first wait), rather
+ * than report contention: the lease is free, and whoever is changing the
+ * row is most likely the worker announcing just that.  (If it is another
+ * acquire taking the lease over, this one finds it held once that one
+ * commits.)  Returns false, without waiting, if the call is not such an
+ * acquire, or it has waited long enough.
+ */
+static bool
+wait_for_announcement(const LeaseRequest *req, const Lease *cur,
+					  TimestampTz now, TimestampTz *since)
+{
+	if (req->op != LEASE_OP_ACQUIRE || cur == NULL ||
+		cur->state != LEASE_STATE_HELD || now < cur->expires_at)
+		return false;
+	if (*since == 0)
+		*since = now;
+	else if (now - *since >= ANNOUNCE_WAIT_MS * INT64CONST(1000))
+		return false;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 1L, PG_WAIT_LOCK | LOCKTAG_TRANSACTION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+	return true;
+}
+
+/*
  * The compare-and-swap.  On LEASE_DONE, *result is the lease as written.
  * Otherwise *found says whether the lease has a row, and *result is that
  * row as last seen (the holder's term, say), for callers that wait.
@@ -532,6 +570,7 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 	HlRelation	rel;
 	bool		term_locked = false;
 	bool		busy = false;
+	TimestampTz waiting_since = 0;
 	LeaseOutcome outcome;
 
 	*found = false;
@@ -577,7 +616,14 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 		/* the clock at the moment of the decision, after the fetch */
 		now = GetCurrentTimestamp();
 		if (TransactionIdIsValid(cur.inflight))
+		{
+			if (wait_for_announcement(req, curp, now, &waiting_since))
+			{
+				hl_version_release(&cur);
+				continue;
+			}
 			action = ACTION_HELD_ELSEWHERE;
+		}
 		else
 			action = decide(req, curp, now);
 
@@ -638,6 +684,9 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 		*result = cur.lease;
 		if (tm == TM_BeingModified)
 		{
+			if (wait_for_announcement(req, curp, GetCurrentTimestamp(),
+									  &waiting_since))
+				continue;
 			outcome = LEASE_CONTENDED;
 			break;
 		}

@@ -69,8 +69,12 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-/* Leases looked at per transaction */
-#define BATCH			500
+/*
+ * Leases looked at per transaction.  Small: the rows of the terms a
+ * transaction announces stay locked until it commits, and an acquire of one
+ * of them waits for that (lease.c, ANNOUNCE_WAIT_MS).
+ */
+#define BATCH			64
 
 /* Rows of the table read per round of a pass */
 #define SCAN_BATCH		1000
@@ -610,8 +614,6 @@ run_round(bool *gone, TimestampTz *next_session)
 			n++;
 		}
 		more = (n == BATCH) || in_pass || pass_wanted;
-		housekeeping_round(GetCurrentTimestamp());
-		more = more || in_sweep;
 		if (hash_get_num_entries(session_ends) > 0)
 			*next_session = end_sessions();
 	}
@@ -619,9 +621,6 @@ run_round(bool *gone, TimestampTz *next_session)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	hl_notify_after_commit();
-	pgstat_report_activity(STATE_IDLE, NULL);
-	pgstat_report_stat(false);
-	MemoryContextSwitchTo(old);
 
 	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
 	if (slot_is_mine())
@@ -633,6 +632,29 @@ run_round(bool *gone, TimestampTz *next_session)
 		my_slot->stats.tracked = hl_schedule_count(schedule);
 	}
 	LWLockRelease(my_slot->lock);
+
+	/*
+	 * Housekeeping in a transaction of its own, so that the rows announced
+	 * above are not kept locked while it runs.
+	 */
+	if (!*gone && (in_sweep || GetCurrentTimestamp() >= next_housekeeping))
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, "hoplock housekeeping");
+		if (hl_extension_installed())
+			housekeeping_round(GetCurrentTimestamp());
+		else
+			*gone = true;
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		more = more || in_sweep;
+	}
+
+	pgstat_report_activity(STATE_IDLE, NULL);
+	pgstat_report_stat(false);
+	MemoryContextSwitchTo(old);
 	return more || *next_session <= GetCurrentTimestamp();
 }
 
