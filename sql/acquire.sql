@@ -30,10 +30,12 @@ SELECT show(hoplock_acquire('acq', 'host-a:1', '50 ms'));
 -- Expired: anyone may take it, with a higher generation.
 SELECT pg_sleep(0.1);
 SELECT show(hoplock_holder('acq'));
+SELECT wait_expired('acq');
 SELECT show(hoplock_acquire('acq', 'host-b:2', '50 ms'));
 
 -- Expired and taken again by the same owner: still a new term.
 SELECT pg_sleep(0.1);
+SELECT wait_expired('acq');
 SELECT show(hoplock_acquire('acq', 'host-b:2', '1 h'));
 
 -- Time is the clock at the call, not the transaction's start.

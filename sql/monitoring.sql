@@ -29,6 +29,7 @@ SELECT show(hoplock_acquire('mon', 'c', '1 h'));
 SELECT show(hoplock_wait('mon', 'd', '1 h', '20 ms'));	-- waits, times out
 SELECT show(hoplock_acquire('mon-lapse', 'a', '10 ms'));
 SELECT pg_sleep(0.05);
+SELECT wait_expired('mon-lapse');
 SELECT show(hoplock_acquire('mon-lapse', 'b', '1 h'));	-- takes over a lapsed term
 SELECT terms_begun, contended, renewals, releases, force_releases, expiries,
        waits, wakeups

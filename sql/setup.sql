@@ -11,6 +11,25 @@ LANGUAGE sql AS $$
            END
 $$;
 
+-- Wait until the expiry worker has announced the lapse of a lease's current
+-- term (at most 30 s): a takeover then never meets the worker's transaction,
+-- however slow the server (under valgrind, say).  t/029 tests the race.
+CREATE FUNCTION wait_expired(lease text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    g bigint := (SELECT generation FROM hoplock_read(lease));
+BEGIN
+    FOR i IN 1..3000 LOOP
+        IF EXISTS (SELECT FROM hoplock_events(0) AS e
+                    WHERE e.name = lease AND e.event = 'expired'
+                      AND e.generation = g) THEN
+            RETURN true;
+        END IF;
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+    RETURN false;
+END $$;
+
 -- The whole lease table, to show that a failed call changed nothing.
 CREATE FUNCTION lease_table_digest() RETURNS text
 LANGUAGE sql AS $$

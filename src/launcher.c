@@ -169,6 +169,7 @@ read_databases(void)
 		db = hash_search(known, &form->oid, HASH_ENTER, &found);
 		if (!found)
 		{
+			db->excluded = NULL;
 			db->absent = false;
 			db->requested_at = 0;
 			db->confirmed = false;
