@@ -138,8 +138,9 @@ $plain->safe_psql('postgres', q{SELECT hoplock_acquire('poll', 'a', '1 h')});
 my ($stdout, $stderr) = ('', '');
 my $poller = IPC::Run::start(
 	[
-		'psql', '-XAtq', '-d', $plain->connstr('postgres'), '-c',
-		q{SELECT hoplock_wait('poll', 'x', '1 h', '100 ms') IS NULL; SELECT owner FROM hoplock_wait('poll', 'b', '1 h', '30 s')}
+		'psql', '-XAtq', '-d', $plain->connstr('postgres'),
+		'-c', q{SELECT hoplock_wait('poll', 'x', '1 h', '100 ms') IS NULL},
+		'-c', q{SELECT owner FROM hoplock_wait('poll', 'b', '1 h', '30 s')}
 	],
 	'>', \$stdout, '2>', \$stderr);
 sleep 1;

@@ -93,7 +93,8 @@ my $filler_sql = q{
 my $filler = $node->safe_psql('postgres', $filler_sql);
 
 my $dsn = sprintf('dbi:Pg:host=%s;port=%d;dbname=postgres', $node->host, $node->port);
-my $bindir = $node->config_data('--bindir');
+my $bindir = $node->can('config_data') ? $node->config_data('--bindir') : `pg_config --bindir`;
+chomp $bindir;
 my $tmp    = PostgreSQL::Test::Utils::tempdir;
 
 sub now_us

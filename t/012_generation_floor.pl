@@ -281,7 +281,10 @@ floor($c1, 'postgres', 'c1 before the upgrade');
 $c1->stop;
 
 my $cu = new_primary('cu');
-my $bindir = $cu->config_data('--bindir');
+# (PostgreSQL 13's PostgresNode has no config_data: the pg_config on PATH is
+# the same installation)
+my $bindir = $cu->can('config_data') ? $cu->config_data('--bindir') : `pg_config --bindir`;
+chomp $bindir;
 {
 	# pg_upgrade writes its files in the current directory
 	my $dir = PostgreSQL::Test::Utils::tempdir();
@@ -289,7 +292,9 @@ my $bindir = $cu->config_data('--bindir');
 	chdir $dir or die "chdir $dir: $!";
 	command_ok(
 		[
-			"$bindir/pg_upgrade", '--no-sync',
+			"$bindir/pg_upgrade",
+			# --no-sync came with PostgreSQL 15
+			(`$bindir/pg_upgrade --help` =~ /--no-sync/ ? ('--no-sync') : ()),
 			'-d', $c1->data_dir,
 			'-D', $cu->data_dir,
 			'-b', $bindir,

@@ -29,7 +29,10 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('cron');
-my $pkglibdir = $node->config_data('--pkglibdir');
+# (PostgreSQL 13's PostgresNode has no config_data: the pg_config on PATH is
+# the same installation)
+my $pkglibdir = $node->can('config_data') ? $node->config_data('--pkglibdir') : `pg_config --pkglibdir`;
+chomp $pkglibdir;
 plan skip_all => 'pg_cron is not installed (Debian: apt-get install postgresql-15-cron)'
   unless -f "$pkglibdir/pg_cron.so";
 plan skip_all => 'dblink is not installed' unless -f "$pkglibdir/dblink.so";

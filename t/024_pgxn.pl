@@ -316,8 +316,19 @@ SKIP:
 		join('', map { slurp_file("$tmp/src/$_") } @scripts), '... as they are in the tree');
 	is(slurp_file("$to{sharedir}/extension/hoplock.control"), $control_text, 'and the control file');
 
-	# A server of the copy, preloading what was installed.
-	my $node = PostgreSQL::Test::Cluster->new('pgxn', install_path => dirname($to{bindir}));
+	# A server of the copy, preloading what was installed.  (PostgreSQL 13's
+	# PostgresNode has no install_path: it runs the programs PATH finds.)
+	my $path = $ENV{PATH};
+	my $node;
+	if (PostgreSQL::Test::Cluster->can('install_path'))
+	{
+		$node = PostgreSQL::Test::Cluster->new('pgxn', install_path => dirname($to{bindir}));
+	}
+	else
+	{
+		$ENV{PATH} = "$to{bindir}:$path";
+		$node = PostgreSQL::Test::Cluster->new('pgxn');
+	}
 	$node->init;
 	$node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'hoplock'
@@ -346,6 +357,7 @@ jit = off
 			SELECT pid IS NOT NULL FROM hoplock.hoplock_workers WHERE datname = 'postgres'}),
 		'the preloaded library runs the expiry worker');
 	$node->stop;
+	$ENV{PATH} = $path;
 
 	($ok, $out, $err) = run([ 'pgxn', 'uninstall', '--pg_config', $pg_config, "./$name.zip" ],
 		dir => "$tmp/out", env => \%make_env);

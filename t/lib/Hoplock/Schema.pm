@@ -114,7 +114,9 @@ WITH ext AS (
                (SELECT co.collname FROM pg_catalog.pg_collation AS co WHERE co.oid = a.attcollation),
                (SELECT pg_catalog.pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attrdef AS d
                  WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum),
-               a.attidentity, a.attgenerated, a.attstorage, a.attcompression, a.attstattarget,
+               a.attidentity, a.attgenerated, a.attstorage,
+               pg_catalog.to_jsonb(a) ->> 'attcompression', -- 14 and later
+               a.attstattarget,
                (SELECT pg_catalog.array_agg(o ORDER BY o) FROM pg_catalog.unnest(a.attoptions) AS o
                  WHERE o NOT LIKE 'pg\_attver=%'), -- a version stamp of the server's, not a definition
                a.attacl, pg_catalog.col_description(c.oid, a.attnum))
@@ -131,7 +133,8 @@ WITH ext AS (
     UNION ALL
     SELECT 'relation ' || i.indrelid::pg_catalog.regclass::text || ' index ' || i.indexrelid::pg_catalog.regclass::text,
            pg_catalog.format('%s; primary %s, unique %s, nulls not distinct %s, immediate %s, clustered %s, valid %s, ready %s, replident %s',
-               pg_catalog.pg_get_indexdef(i.indexrelid), i.indisprimary, i.indisunique, i.indnullsnotdistinct,
+               pg_catalog.pg_get_indexdef(i.indexrelid), i.indisprimary, i.indisunique,
+               pg_catalog.to_jsonb(i) ->> 'indnullsnotdistinct', -- 15 and later
                i.indimmediate, i.indisclustered, i.indisvalid, i.indisready, i.indisreplident)
       FROM pg_catalog.pg_index AS i WHERE i.indexrelid IN (SELECT oid FROM rels)
     UNION ALL

@@ -750,8 +750,16 @@ sub fault_log
 sub wait_up
 {
 	my ($self, $node) = @_;
-	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die $node->name . ' did not come back';
+	# Not poll_query_until: PostgreSQL 18's dies on the broken pipe to a
+	# psql that the restarting server turned away.
+	my $deadline = mono() + 180;
+	while (mono() < $deadline)
+	{
+		my $up = eval { ($node->psql('postgres', 'SELECT NOT pg_is_in_recovery()'))[1] };
+		return if defined $up && $up eq 't';
+		nap(0.1);
+	}
+	die $node->name . ' did not come back';
 }
 
 # Stop and start the primary, its clock $offset from the real one
@@ -1093,11 +1101,15 @@ sub finish
 	$final{rows} = parse_rows($p->safe_psql('postgres', "COPY ($rows_sql) TO STDOUT"),
 		qw(id tab n g c tag cts));
 	$final{unannounced} = [ grep { length } split /\n/, $unannounced ];
+	# verify_heapam came with PostgreSQL 14
+	my $heap_checks = $p->safe_psql('postgres', 'SHOW server_version_num') >= 140000
+	  ? q{
+		SELECT blkno || ': ' || msg FROM verify_heapam('hoplock_internal.lease');
+		SELECT blkno || ': ' || msg FROM verify_heapam('hoplock_internal.history');}
+	  : '';
 	my ($ret, $out, $err) = $p->psql('postgres', q{
 		SELECT bt_index_check('hoplock_internal.lease_pkey', true);
-		SELECT bt_index_check('hoplock_internal.history_pkey', true);
-		SELECT blkno || ': ' || msg FROM verify_heapam('hoplock_internal.lease');
-		SELECT blkno || ': ' || msg FROM verify_heapam('hoplock_internal.history');});
+		SELECT bt_index_check('hoplock_internal.history_pkey', true);} . $heap_checks);
 	$final{amcheck} = [ grep { length } (split(/\n/, $out // ''), $ret ? ("error: $err") : ()) ];
 	$self->{stats} = $p->safe_psql('postgres',
 		q{SELECT terms_begun || ' terms begun, ' || contended || ' contended, ' || renewals || ' renewals, '
