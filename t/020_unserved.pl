@@ -112,8 +112,9 @@ ok($node->log_contains('Its leases lapse without being announced until a worker 
 	'and warned about');
 
 # Leases in an unserved database still work; they lapse unannounced.
-my $unserved = $node->safe_psql($other, q{
-	SELECT datname FROM hoplock_workers WHERE state = 'unserved'
+my $unserved = $node->safe_psql($other, qq{
+	SELECT datname FROM hoplock_workers
+	 WHERE state = 'unserved' AND datname IN ($with_in)
 	 ORDER BY datname LIMIT 1});
 is($node->safe_psql($unserved,
 	q{SELECT generation FROM hoplock_acquire('x', 'a', '1 min')}),
