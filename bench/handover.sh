@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/handover.sh [OUT.md]: how fast leadership changes hands with the Go
 # Elector on a scratch server -- a leader's fn returning (graceful), a
-# session-bound leader's connection killed, a TTL-bound leader killed --
+# session-bound leader process killed, a TTL-bound leader process killed,
+# 20 rounds each --
 # as measured by the Go client's tests (scripts/test-go).  Part of make
 # bench.
 set -eu
@@ -10,7 +11,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 log=$(mktemp /tmp/hoplock-handover.XXXXXX)
 trap 'rm -f "$log"' EXIT
 "$here/scripts/test-go" -count=1 \
-	-run 'TestShutdownHandover|TestSessionBoundKill|TestKilledLeaderTTLTakeover' \
+	-run 'TestShutdownHandover|TestProcessKillSessionBound|TestProcessKillTTLBound' \
 	>"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 {
 	echo "Measured by the Go client's tests on a scratch server (2 cores, a local socket):"

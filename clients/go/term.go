@@ -32,6 +32,23 @@ type term struct {
 
 type termKey struct{}
 
+// termContext is a term's context. Its Err also looks at the deadline
+// itself: a process that was stopped (SIGSTOP, a paused VM) past its
+// deadline learns from Err, the first thing it asks on resuming, that the
+// term is lost -- before the deadline's timer has had a chance to fire.
+type termContext struct {
+	context.Context
+	t *term
+}
+
+func (c termContext) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	c.t.expire()
+	return c.Context.Err()
+}
+
 // LossCause returns why the term whose context ctx is (or derives from)
 // was lost: ErrLeaseHeld if another owner took the lease, ErrNoLease if
 // the term ended (released, expired, or forced out), an error wrapping
@@ -60,11 +77,11 @@ func (c *elector) startTerm(parent context.Context, lease Lease, sent time.Time,
 		done:    make(chan struct{}),
 	}
 	ctx, cancel := context.WithCancel(parent)
-	t.ctx = context.WithValue(ctx, termKey{}, t)
 	t.cancel = cancel
 	t.deadline = sent.Add(c.ttl)
 	t.lease.Deadline = t.deadline
 	t.timer = time.AfterFunc(time.Until(t.deadline)-c.guard, t.expire)
+	t.ctx = termContext{context.WithValue(ctx, termKey{}, t), t}
 	// A hint left over from the campaign says nothing about this term.
 	select {
 	case <-wake:
