@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 log=$(mktemp /tmp/hoplock-handover.XXXXXX)
 trap 'rm -f "$log"' EXIT
 "$here/scripts/test-go" -count=1 \
-	-run 'TestShutdownHandover|TestProcessKillSessionBound|TestProcessKillTTLBound' \
+	-run 'TestShutdownHandover|TestProcessGracefulStop|TestProcessKillSessionBound|TestProcessKillTTLBound' \
 	>"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 {
 	echo "Measured by the Go client's tests on a scratch server (2 cores, a local socket):"

@@ -272,24 +272,46 @@ func (b *Backend) Renew(ctx context.Context, owner string, ttl time.Duration, ge
 // generation 0 (hoplock_release); ErrNoLease if there was none. It also
 // closes the connection a session-bound term was bound to, which ends the
 // term even if the release itself failed.
+//
+// A release the server refuses while the term is still owner's was held up
+// for a moment -- by a fenced transaction of the owner's own that is still
+// rolling back on another connection (its context was cancelled), or a
+// renewal in flight -- and is tried again, until ctx ends.
 func (b *Backend) Release(ctx context.Context, owner string, generation int64) error {
-	var (
-		ok  bool
-		err error
-	)
-	if generation == 0 {
-		err = b.db.QueryRowContext(ctx, b.q.releaseAny, b.name, owner).Scan(&ok)
-	} else {
-		err = b.db.QueryRowContext(ctx, b.q.release, b.name, owner, generation).Scan(&ok)
+	defer b.unpin(generation)
+	pause := time.Millisecond
+	for {
+		var (
+			ok  bool
+			err error
+		)
+		if generation == 0 {
+			err = b.db.QueryRowContext(ctx, b.q.releaseAny, b.name, owner).Scan(&ok)
+		} else {
+			err = b.db.QueryRowContext(ctx, b.q.release, b.name, owner, generation).Scan(&ok)
+		}
+		switch {
+		case err != nil:
+			return classify("hoplock_release", err)
+		case ok:
+			return nil
+		}
+		h, err := b.Holder(ctx)
+		if err != nil {
+			return err
+		}
+		if h == nil || h.Owner != owner || (generation != 0 && h.Generation != generation) {
+			return hoplock.ErrNoLease
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		if pause < 20*time.Millisecond {
+			pause *= 2
+		}
 	}
-	b.unpin(generation)
-	switch {
-	case err != nil:
-		return classify("hoplock_release", err)
-	case !ok:
-		return hoplock.ErrNoLease
-	}
-	return nil
 }
 
 // Holder returns the running term by the server's clock, or nil if the

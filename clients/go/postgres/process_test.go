@@ -217,6 +217,13 @@ func (c *child) kill() time.Time {
 	return at
 }
 
+// term asks the child to stop (SIGTERM): its Lead releases the lease.
+func (c *child) term() time.Time {
+	at := time.Now()
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	return at
+}
+
 func (c *child) output() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -389,9 +396,10 @@ func rounds() int {
 	return 20
 }
 
-// killRounds kills the leader process, round after round, and measures
-// how long after the kill the follower's fn began.
-func killRounds(t *testing.T, sessionBound bool, ttl time.Duration) (durations, durations) {
+// killRounds kills the leader process (or, graceful, stops it with
+// SIGTERM), round after round, and measures how long after that the
+// follower's fn began.
+func killRounds(t *testing.T, sessionBound bool, ttl time.Duration, graceful bool) (durations, durations) {
 	setupProcWrites(t)
 	name := leaseName(t)
 	var all []*child
@@ -408,10 +416,15 @@ func killRounds(t *testing.T, sessionBound bool, ttl time.Duration) (durations, 
 		// the follower waits in the server before the leader dies
 		waitWaiting(t, follower.owner)
 		time.Sleep(20 * time.Millisecond) // the leader writes a little
-		killedAt := leader.kill()
+		var killedAt time.Time
+		if graceful {
+			killedAt = leader.term()
+		} else {
+			killedAt = leader.kill()
+		}
 		s := follower.waitStarted(t, ttl+10*time.Second)
 		takeover = append(takeover, s.wall.Sub(killedAt))
-		if !sessionBound {
+		if !sessionBound && !graceful {
 			// when the server ended the killed leader's term: its expiry
 			var ended time.Time
 			if err := adminDB(t).QueryRow(q(`SELECT ended_at FROM %s.hoplock_history
@@ -433,11 +446,24 @@ func killRounds(t *testing.T, sessionBound bool, ttl time.Duration) (durations, 
 	return takeover, afterExpiry
 }
 
+// A leader process told to stop (SIGTERM, which cancels its Lead's
+// context): it releases, and the follower waiting in the server leads
+// within milliseconds.
+func TestProcessGracefulStop(t *testing.T) {
+	testDSN(t)
+	takeover, _ := killRounds(t, false, 10*time.Second, true)
+	if p := takeover.percentile(0.99); p > 2*time.Second {
+		t.Errorf("graceful takeover: p99 %v", p)
+	}
+	t.Logf("leader process stopped (SIGTERM) -> follower fn: %v", takeover)
+	fmt.Printf("measure: leader process stopped (SIGTERM: ctx cancelled, release), signal -> follower fn start: %v\n", takeover)
+}
+
 // A session-bound leader killed: its connection closes, its term ends at
 // once, and the follower waiting in the server leads within milliseconds.
 func TestProcessKillSessionBound(t *testing.T) {
 	testDSN(t)
-	takeover, _ := killRounds(t, true, 10*time.Second)
+	takeover, _ := killRounds(t, true, 10*time.Second, false)
 	if p := takeover.percentile(0.99); p > 2*time.Second {
 		t.Errorf("session-bound takeover after a kill: p99 %v", p)
 	}
@@ -450,7 +476,7 @@ func TestProcessKillSessionBound(t *testing.T) {
 func TestProcessKillTTLBound(t *testing.T) {
 	testDSN(t)
 	const ttl = 500 * time.Millisecond
-	takeover, afterExpiry := killRounds(t, false, ttl)
+	takeover, afterExpiry := killRounds(t, false, ttl, false)
 	if p := takeover.percentile(0.99); p > ttl+time.Second {
 		t.Errorf("TTL-bound takeover after a kill: p99 %v, TTL %v", p, ttl)
 	}
