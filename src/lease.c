@@ -53,7 +53,6 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "replication/syncrep.h"
-#include "storage/latch.h"
 #include "storage/lock.h"
 #include "storage/procarray.h"
 #include "tcop/utility.h"
@@ -548,9 +547,14 @@ wait_for_announcement(const LeaseRequest *req, const Lease *cur,
 		*since = now;
 	else if (now - *since >= ANNOUNCE_WAIT_MS * INT64CONST(1000))
 		return false;
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 1L, PG_WAIT_LOCK | LOCKTAG_TRANSACTION);
-	ResetLatch(MyLatch);
+	/*
+	 * A plain sleep, not the latch: hoplock_wait sleeps on a condition
+	 * variable around this call, and a latch reset here could swallow the
+	 * wake-up it is waiting for.
+	 */
+	pgstat_report_wait_start(PG_WAIT_LOCK | LOCKTAG_TRANSACTION);
+	pg_usleep(1000L);
+	pgstat_report_wait_end();
 	CHECK_FOR_INTERRUPTS();
 	return true;
 }

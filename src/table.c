@@ -53,7 +53,6 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -512,9 +511,10 @@ hl_lock_relation_briefly(Oid relid, LOCKMODE lockmode)
 			return true;
 		if (waited >= HL_LOCK_WAIT_MS)
 			return false;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 1L, PG_WAIT_LOCK | LOCKTAG_RELATION);
-		ResetLatch(MyLatch);
+		/* not the latch: see wait_for_announcement() in lease.c */
+		pgstat_report_wait_start(PG_WAIT_LOCK | LOCKTAG_RELATION);
+		pg_usleep(1000L);
+		pgstat_report_wait_end();
 		CHECK_FOR_INTERRUPTS();
 	}
 }
