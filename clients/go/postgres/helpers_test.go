@@ -304,7 +304,7 @@ func (d durations) percentile(p float64) time.Duration {
 }
 
 func (d durations) String() string {
-	return fmt.Sprintf("median %v, p99 %v, max %v (n=%d)",
+	return fmt.Sprintf("p50 %v, p99 %v, max %v (n=%d)",
 		d.percentile(0.5).Round(10*time.Microsecond), d.percentile(0.99).Round(10*time.Microsecond),
 		d.percentile(1).Round(10*time.Microsecond), len(d))
 }

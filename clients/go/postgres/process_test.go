@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,14 +39,23 @@ func TestMain(m *testing.M) {
 }
 
 // childMain leads lease HOPLOCK_TEST_CHILD as owner HOPLOCK_TEST_OWNER,
-// campaigning again after each loss, until SIGTERM. Lines printed:
+// campaigning again after each loss, until SIGTERM. Lines printed (WALL:
+// the local wall clock, SERVER: the server's clock_timestamp(), both in
+// Unix nanoseconds):
 //
 //	start GEN WALL            fn began
+//	clock GEN SERVER          the server's clock at fn's start, read in a
+//	                          transaction fenced with GEN that committed
 //	ok GEN WALL               fn checked its context: still leading
-//	write GEN WALL            a fenced row committed
-//	end GEN WALL CAUSE        fn found its context done
-//	stale GEN SQLSTATE        a write with the lost term's generation, after
-//	                          the loss: its outcome ("committed" if it was)
+//	write GEN WALL SERVER ID  a fenced row committed (SERVER: when it was
+//	                          inserted)
+//	end GEN WALL KIND CAUSE   fn found its context done; KIND: what
+//	                          LossCause says -- held (ErrLeaseHeld), gone
+//	                          (ErrNoLease), expired (ErrLeaseExpired: no
+//	                          renewal in time), none (the parent context
+//	                          ended), other --, CAUSE its text
+//	stale GEN OUTCOME         a write with the lost term's generation, after
+//	                          the loss: its SQLSTATE ("committed" if it was)
 func childMain() int {
 	name := os.Getenv("HOPLOCK_TEST_CHILD")
 	owner := os.Getenv("HOPLOCK_TEST_OWNER")
@@ -80,33 +90,54 @@ func childMain() int {
 	signal.Notify(sigs, syscall.SIGTERM)
 	go func() { <-sigs; stop() }()
 
-	write := func(wctx context.Context, gen int64) error {
+	// write commits a row fenced with gen; it returns the row's id and
+	// the server's clock when it was inserted.
+	write := func(wctx context.Context, gen int64) (id int64, at time.Time, err error) {
 		tx, err := db.BeginTx(wctx, nil)
 		if err != nil {
-			return err
+			return 0, at, err
 		}
 		defer tx.Rollback()
 		if err := b.Fence(wctx, tx, gen); err != nil {
-			return err
+			return 0, at, err
 		}
-		if _, err := tx.ExecContext(wctx, `INSERT INTO proc_writes (name, owner, generation) VALUES ($1, $2, $3)`,
-			name, owner, gen); err != nil {
-			return err
+		if err := tx.QueryRowContext(wctx, `INSERT INTO proc_writes (name, owner, generation) VALUES ($1, $2, $3)
+			RETURNING id, at`, name, owner, gen).Scan(&id, &at); err != nil {
+			return 0, at, err
 		}
-		return tx.Commit()
+		return id, at, tx.Commit()
+	}
+	// clock reads the server's clock in a transaction fenced with gen.
+	clock := func(ctx context.Context, gen int64) (at time.Time, err error) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return at, err
+		}
+		defer tx.Rollback()
+		if err := b.Fence(ctx, tx, gen); err != nil {
+			return at, err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT pg_catalog.clock_timestamp()`).Scan(&at); err != nil {
+			return at, err
+		}
+		return at, tx.Commit()
 	}
 
 	for ctx.Err() == nil {
 		_ = e.Lead(ctx, func(ctx context.Context, lease hoplock.Lease) error {
 			gen := lease.Generation
 			say("start %d %d", gen, wall())
+			if at, err := clock(ctx, gen); err == nil {
+				say("clock %d %d", gen, at.UnixNano())
+			}
 			for {
 				if ctx.Err() != nil {
-					say("end %d %d %v", gen, wall(), hoplock.LossCause(ctx))
-					if hoplock.LossCause(ctx) != nil {
+					cause := hoplock.LossCause(ctx)
+					say("end %d %d %s %v", gen, wall(), causeKind(cause), cause)
+					if cause != nil {
 						// What a zombie would do: write anyway.
 						wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-						err := write(wctx, gen)
+						_, _, err := write(wctx, gen)
 						cancel()
 						outcome := "committed"
 						if err != nil {
@@ -120,8 +151,8 @@ func childMain() int {
 					return ctx.Err()
 				}
 				say("ok %d %d", gen, wall())
-				if err := write(ctx, gen); err == nil {
-					say("write %d %d", gen, wall())
+				if id, at, err := write(ctx, gen); err == nil {
+					say("write %d %d %d %d", gen, wall(), at.UnixNano(), id)
 				}
 				select {
 				case <-ctx.Done():
@@ -131,6 +162,20 @@ func childMain() int {
 		})
 	}
 	return 0
+}
+
+func causeKind(err error) string {
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, hoplock.ErrLeaseHeld):
+		return "held"
+	case errors.Is(err, hoplock.ErrNoLease):
+		return "gone"
+	case errors.Is(err, hoplock.ErrLeaseExpired):
+		return "expired"
+	}
+	return "other"
 }
 
 // child is an elector process, and what it printed.
@@ -236,139 +281,6 @@ func setupProcWrites(t *testing.T) {
 		id bigserial PRIMARY KEY, name text NOT NULL, owner text NOT NULL,
 		generation bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`)
 	adminExec(t, `GRANT ALL ON proc_writes, proc_writes_id_seq TO PUBLIC`)
-}
-
-// section is a term's critical section as its process saw it: from fn's
-// start to the last time fn found its context live.
-type section struct {
-	owner    string
-	gen      int64
-	from, to time.Time
-	stale    []string // outcomes of writes made after the loss
-}
-
-// sections reads the children's output: one section per term begun.
-func sections(children ...*child) []section {
-	var out []section
-	for _, c := range children {
-		idx := map[int64]int{}
-		for _, line := range c.output() {
-			f := strings.Fields(line)
-			if len(f) < 3 {
-				continue
-			}
-			gen, _ := strconv.ParseInt(f[1], 10, 64)
-			if f[0] == "stale" {
-				if i, ok := idx[gen]; ok {
-					out[i].stale = append(out[i].stale, f[2])
-				}
-				continue
-			}
-			ns, _ := strconv.ParseInt(f[2], 10, 64)
-			at := time.Unix(0, ns)
-			switch f[0] {
-			case "start":
-				idx[gen] = len(out)
-				out = append(out, section{owner: c.owner, gen: gen, from: at, to: at})
-			case "ok":
-				if i, ok := idx[gen]; ok && at.After(out[i].to) {
-					out[i].to = at
-				}
-			}
-		}
-	}
-	return out
-}
-
-// checkHistory verifies the history of lease name: the critical sections
-// of different terms never overlap in time; generations rise in the order
-// the terms began; every committed fenced row was written inside its own
-// generation's term, by the server's history of terms.
-func checkHistory(t *testing.T, name string, secs []section) {
-	t.Helper()
-	for _, v := range historyViolations(secs) {
-		t.Error(v)
-	}
-	rows, err := adminDB(t).Query(q(`
-		SELECT w.id, w.owner, w.generation, w.at, h.owner, h.acquired_at, h.ended_at
-		  FROM proc_writes AS w
-		  LEFT JOIN %s.hoplock_history AS h ON h.name = w.name AND h.generation = w.generation
-		 WHERE w.name = $1
-		   AND (h.generation IS NULL OR h.owner <> w.owner OR w.at < h.acquired_at
-		        OR (h.ended_at IS NOT NULL AND w.at >= h.ended_at))`), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id, gen       int64
-			owner         string
-			at            time.Time
-			hOwner        sql.NullString
-			hFrom, hUntil sql.NullTime
-		)
-		if err := rows.Scan(&id, &owner, &gen, &at, &hOwner, &hFrom, &hUntil); err != nil {
-			t.Fatal(err)
-		}
-		t.Errorf("fenced row %d of %s, generation %d, written at %v outside its term (holder %q, %v to %v)",
-			id, owner, gen, at, hOwner.String, hFrom.Time, hUntil.Time)
-	}
-	var n int
-	if err := adminDB(t).QueryRow(`SELECT count(*) FROM proc_writes WHERE name = $1`, name).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n == 0 {
-		t.Error("no fenced row was written: the history proves nothing")
-	}
-}
-
-// historyViolations is the checker's part that needs no server.
-func historyViolations(secs []section) []string {
-	var v []string
-	for i, a := range secs {
-		for j, b := range secs {
-			if i >= j || a.gen == b.gen {
-				continue
-			}
-			if a.from.Before(b.to) && b.from.Before(a.to) {
-				v = append(v, fmt.Sprintf("critical sections overlap: %s generation %d %v..%v and %s generation %d %v..%v",
-					a.owner, a.gen, a.from.Format(stamp), a.to.Format(stamp), b.owner, b.gen, b.from.Format(stamp), b.to.Format(stamp)))
-			}
-			if a.from.Before(b.from) && a.gen > b.gen {
-				v = append(v, fmt.Sprintf("generation went down: %s began %d before %s began %d", a.owner, a.gen, b.owner, b.gen))
-			}
-		}
-		for _, s := range a.stale {
-			if s == "committed" {
-				v = append(v, fmt.Sprintf("%s's write with lost generation %d committed", a.owner, a.gen))
-			}
-		}
-	}
-	return v
-}
-
-// The checker itself: it reports overlapping sections, generations going
-// down, and a stale write committed.
-func TestHistoryCheckerFindsViolations(t *testing.T) {
-	t0 := time.Now()
-	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	good := []section{
-		{owner: "A", gen: 1, from: ms(0), to: ms(10), stale: []string{"55P03"}},
-		{owner: "B", gen: 2, from: ms(11), to: ms(20)},
-	}
-	if v := historyViolations(good); len(v) != 0 {
-		t.Errorf("a good history reported: %v", v)
-	}
-	for what, bad := range map[string][]section{
-		"overlap":  {{owner: "A", gen: 1, from: ms(0), to: ms(12)}, {owner: "B", gen: 2, from: ms(11), to: ms(20)}},
-		"down":     {{owner: "A", gen: 2, from: ms(0), to: ms(10)}, {owner: "B", gen: 1, from: ms(11), to: ms(20)}},
-		"stale ok": {{owner: "A", gen: 1, from: ms(0), to: ms(10), stale: []string{"committed"}}, {owner: "B", gen: 2, from: ms(11), to: ms(20)}},
-	} {
-		if v := historyViolations(bad); len(v) == 0 {
-			t.Errorf("%s: not reported", what)
-		}
-	}
 }
 
 // waitWaiting returns once owner's process waits in hoplock_wait.
@@ -486,8 +398,9 @@ func TestProcessKillTTLBound(t *testing.T) {
 }
 
 // A leader stopped (SIGSTOP) for longer than its TTL: the follower leads
-// after the TTL; on SIGCONT the old leader's context is already done, its
-// fn stops, and the write it tries with its old generation is refused.
+// once the term lapses on the server; on SIGCONT the old leader's fn finds
+// its context already done -- it never finds it live again -- and the write
+// it tries anyway with its old generation is refused with 55P03.
 func TestProcessStalledLeader(t *testing.T) {
 	testDSN(t)
 	setupProcWrites(t)
@@ -507,45 +420,65 @@ func TestProcessStalledLeader(t *testing.T) {
 		t.Errorf("B led %v after A was stopped, well before A's TTL %v", d, ttl)
 	}
 	time.Sleep(200 * time.Millisecond)
+	continuedAt := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	// A finds its context done and tries a write with its old generation
-	deadline := time.Now().Add(10 * time.Second)
-	var stale []string
-	for time.Now().Before(deadline) {
+	var sec section
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		for _, s := range sections(a) {
 			if s.gen == sa.gen {
-				stale = s.stale
+				sec = s
 			}
 		}
-		if len(stale) > 0 {
+		if len(sec.stale) > 0 {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	if len(stale) == 0 || stale[0] != "55P03" {
-		t.Errorf("the resumed leader's write with generation %d: %v, want refused with 55P03", sa.gen, stale)
+	if sec.end.IsZero() {
+		t.Fatalf("the resumed leader (generation %d) never found its context done", sa.gen)
 	}
-	for _, s := range sections(a) {
-		if s.gen == sa.gen && !s.to.Before(stoppedAt) {
-			t.Errorf("A found its context live at %v, after it was stopped at %v", s.to.Format(stamp), stoppedAt.Format(stamp))
-		}
+	if !sec.to.Before(stoppedAt) {
+		t.Errorf("A found its context live at %v, after it was stopped at %v", sec.to.Format(stamp), stoppedAt.Format(stamp))
+	}
+	if sec.cause == "none" {
+		t.Errorf("A's context ended without a loss cause")
+	}
+	if len(sec.stale) == 0 || sec.stale[0] != "55P03" {
+		t.Errorf("the resumed leader's write with generation %d: %v, want refused with 55P03", sa.gen, sec.stale)
+	}
+	// on the server: A's term lapsed, and B's began no earlier
+	ended, how := termEnd(t, name, sa.gen)
+	if !lapsed(how) {
+		t.Errorf("A's term ended %q, want lapsed (expired or taken over)", how)
+	}
+	var bBegan time.Time
+	if err := adminDB(t).QueryRow(q(`SELECT acquired_at FROM %s.hoplock_history WHERE name = $1 AND generation = $2`),
+		name, sb.gen).Scan(&bBegan); err != nil {
+		t.Fatal(err)
+	}
+	if bBegan.Before(ended) {
+		t.Errorf("B's term began at %v, before A's lapsed at %v", bBegan.Format(stamp), ended.Format(stamp))
 	}
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	b.cmd.Process.Signal(syscall.SIGTERM)
 	<-a.exited
 	<-b.exited
 	checkHistory(t, name, sections(a, b))
-	t.Logf("A stopped at %v; B led %v later (TTL %v); A's stale write: %v",
-		stoppedAt.Format(stamp), sb.wall.Sub(stoppedAt).Round(time.Millisecond), ttl, stale)
+	t.Logf("A stopped at %v; B led %v later (TTL %v), %v after A's term lapsed on the server; "+
+		"A continued at %v, found its context done (%s) %v later; its stale write: %v",
+		stoppedAt.Format(stamp), sb.wall.Sub(stoppedAt).Round(time.Millisecond), ttl, sb.wall.Sub(ended).Round(10*time.Microsecond),
+		continuedAt.Format(stamp), sec.cause, sec.end.Sub(continuedAt).Round(10*time.Microsecond), sec.stale)
 }
 
-// The leader's connections terminated, then the server restarted: no two
-// critical sections overlap, and someone leads again each time.
+// The leader's connections terminated (three times, both processes'), the
+// server restarted cleanly (-m fast), then stopped as in a crash (-m
+// immediate) and started again only after the TTL: no two critical
+// sections overlap, and each time leadership recovers -- one of the two
+// holds the lease and its fenced writes commit again.
 func TestProcessConnectionCutAndRestart(t *testing.T) {
 	testDSN(t)
-	restart := os.Getenv("HOPLOCK_TEST_RESTART")
 	setupProcWrites(t)
 	name := leaseName(t)
 	const ttl = time.Second
@@ -554,39 +487,67 @@ func TestProcessConnectionCutAndRestart(t *testing.T) {
 	b := startChild(t, name, "cut-b", ttl, false)
 	time.Sleep(300 * time.Millisecond)
 
-	leads := func(within time.Duration) bool {
-		end := time.Now().Add(within)
-		for time.Now().Before(end) {
+	// recovered waits until one of the two holds the lease and a row
+	// fenced with its generation committed after the server's clock read
+	// since.
+	recovered := func(what string, since time.Time, within time.Duration) {
+		t.Helper()
+		begin := time.Now()
+		for end := begin.Add(within); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 			var ok bool
-			err := adminDB(t).QueryRow(q(`SELECT count(*) = 1 FROM %s.hoplock_holder($1)
-				WHERE owner IN ('cut-a', 'cut-b')`), name).Scan(&ok)
+			err := adminDB(t).QueryRow(q(`SELECT EXISTS (
+				SELECT FROM %s.hoplock_holder($1) AS l
+				  JOIN proc_writes AS w ON w.name = $1 AND w.generation = l.generation AND w.owner = l.owner
+				 WHERE l.owner IN ('cut-a', 'cut-b') AND w.at > $2)`), name, since).Scan(&ok)
 			if err == nil && ok {
-				return true
+				_, gen, _ := holder(t, name)
+				t.Logf("%s: generation %d leads, its fenced writes commit again %v later", what, gen, time.Since(begin).Round(time.Millisecond))
+				return
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
-		return false
+		t.Errorf("%s: nobody leads and writes within %v", what, within)
 	}
+	// serverClock reads the server's clock, waiting for the server.
+	serverClock := func() time.Time {
+		t.Helper()
+		adminDB(t).SetMaxIdleConns(0) // connections from before a restart are dead
+		adminDB(t).SetMaxIdleConns(2)
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			at, err := serverNow(context.Background(), adminDB(t))
+			if err == nil {
+				return at
+			}
+			if time.Now().After(end) {
+				t.Fatalf("the server's clock: %v", err)
+			}
+		}
+	}
+
 	for i := 0; i < 3; i++ {
 		terminate(t, "cut-a")
 		terminate(t, "cut-b")
 		time.Sleep(ttl / 2)
 	}
-	if !leads(ttl + 5*time.Second) {
-		t.Error("nobody leads after the connections were terminated")
-	}
-	if restart == "" {
-		t.Log("HOPLOCK_TEST_RESTART is not set: the server is not restarted")
+	terminate(t, "cut-a")
+	terminate(t, "cut-b")
+	recovered("connections terminated", serverClock(), ttl+5*time.Second)
+
+	pgctl := os.Getenv("HOPLOCK_TEST_PG_CTL")
+	if pgctl == "" {
+		t.Log("HOPLOCK_TEST_PG_CTL is not set: the server is not restarted")
 	} else {
-		out, err := exec.Command("sh", "-c", restart).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", restart, err, out)
+		run := func(args string) {
+			t.Helper()
+			if out, err := exec.Command("sh", "-c", pgctl+" "+args).CombinedOutput(); err != nil {
+				t.Fatalf("%s %s: %v\n%s", pgctl, args, err, out)
+			}
 		}
-		adminDB(t).SetMaxIdleConns(0) // its connections died with the server
-		adminDB(t).SetMaxIdleConns(2)
-		if !leads(ttl + 10*time.Second) {
-			t.Error("nobody leads after the server restarted")
-		}
+		run("restart -m fast")
+		recovered("server restarted (-m fast)", serverClock(), ttl+10*time.Second)
+		run("stop -m immediate")
+		time.Sleep(ttl * 3 / 2)
+		run("start")
+		recovered("server stopped (-m immediate) for 1.5 TTL, then started", serverClock(), ttl+10*time.Second)
 	}
 	time.Sleep(300 * time.Millisecond)
 	a.cmd.Process.Signal(syscall.SIGTERM)
