@@ -310,7 +310,9 @@ func rounds() int {
 
 // killRounds kills the leader process (or, graceful, stops it with
 // SIGTERM), round after round, and measures how long after that the
-// follower's fn began.
+// follower's fn began; and also, for a TTL-bound kill, how long after the
+// killed term's expiry on the server, for a graceful stop, how long after
+// the leader's fn found its context done and returned.
 func killRounds(t *testing.T, sessionBound bool, ttl time.Duration, graceful bool) (durations, durations) {
 	setupProcWrites(t)
 	name := leaseName(t)
@@ -321,9 +323,9 @@ func killRounds(t *testing.T, sessionBound bool, ttl time.Duration, graceful boo
 		return c
 	}
 	leader := spawn(0)
-	leader.waitStarted(t, 10*time.Second)
+	leaderGen := leader.waitStarted(t, 10*time.Second).gen
 	follower := spawn(1)
-	var takeover, afterExpiry durations
+	var takeover, afterExpiry, afterReturn durations
 	for r := 0; r < rounds(); r++ {
 		// the follower waits in the server before the leader dies
 		waitWaiting(t, follower.owner)
@@ -345,7 +347,21 @@ func killRounds(t *testing.T, sessionBound bool, ttl time.Duration, graceful boo
 			}
 			afterExpiry = append(afterExpiry, s.wall.Sub(ended))
 		}
-		leader, follower = follower, spawn(r+2)
+		if graceful {
+			// when the stopped leader's fn found its context done, and
+			// returned
+			select {
+			case <-leader.exited:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s did not exit after SIGTERM", leader.owner)
+			}
+			for _, sec := range sections(leader) {
+				if sec.gen == leaderGen && !sec.end.IsZero() {
+					afterReturn = append(afterReturn, s.wall.Sub(sec.end))
+				}
+			}
+		}
+		leader, follower, leaderGen = follower, spawn(r+2), s.gen
 	}
 	time.Sleep(50 * time.Millisecond)
 	for _, c := range all {
@@ -355,6 +371,9 @@ func killRounds(t *testing.T, sessionBound bool, ttl time.Duration, graceful boo
 		<-c.exited
 	}
 	checkHistory(t, name, sections(all...))
+	if graceful {
+		return takeover, afterReturn
+	}
 	return takeover, afterExpiry
 }
 
@@ -375,12 +394,18 @@ func TestProcessKillSessionBound(t *testing.T) {
 // TTL (10 s), and reports it.
 func fastHandover(t *testing.T, sessionBound, graceful bool, what string) {
 	testDSN(t)
-	takeover, _ := killRounds(t, sessionBound, 10*time.Second, graceful)
+	takeover, afterReturn := killRounds(t, sessionBound, 10*time.Second, graceful)
 	if p := takeover.percentile(0.99); p > 2*time.Second {
 		t.Errorf("%s -> follower fn: p99 %v, as if it waited for the TTL", what, p)
 	}
 	t.Logf("%s -> follower fn: %v", what, takeover)
 	fmt.Printf("measure: %s -> follower fn start: %v\n", what, takeover)
+	if graceful {
+		if len(afterReturn) != len(takeover) {
+			t.Errorf("%d of %d stopped leaders logged their fn's end", len(afterReturn), len(takeover))
+		}
+		fmt.Printf("measure: leader process stopped (SIGTERM), its fn found ctx done and returned -> follower fn start: %v\n", afterReturn)
+	}
 }
 
 // A leader killed with an ordinary term: the follower leads once the term
