@@ -79,6 +79,7 @@ hoplock_acquire(PG_FUNCTION_ARGS)
 
 	req.op = LEASE_OP_ACQUIRE;
 	req.fn = "hoplock_acquire()";
+	req.await_announcement = true;	/* hoplock_wait sleeps until woken */
 	req.name = hl_arg_name(fcinfo, 0, "name");
 	req.owner = hl_arg_name(fcinfo, 1, "owner");
 	req.ttl = hl_arg_ttl(fcinfo, 2);

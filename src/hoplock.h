@@ -132,6 +132,8 @@ typedef struct LeaseRequest
 	TimestampTz session_start;
 	bool		busy_is_contention; /* a locked table is contention (waits,
 									 * the worker), not an error */
+	bool		await_announcement; /* acquire: wait briefly for a lapsed
+									 * term's row being changed (lease.c) */
 } LeaseRequest;
 
 typedef enum LeaseOutcome

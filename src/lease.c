@@ -521,42 +521,51 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 
 /*
  * How long an acquire waits for the row of a lapsed term that another
- * transaction is changing, in all.
+ * transaction is changing, in all: this many polls of 1 ms (counted, not
+ * timed, so that a clock step cannot stretch it).
  */
-#define ANNOUNCE_WAIT_MS	50
+#define ANNOUNCE_WAIT_POLLS	50
 
 /*
  * The expiry worker announces a lapsed term in a transaction, holding the
- * lease's row until it commits.  An acquire that finds the row of a lapsed
- * term that nobody announced yet being changed waits for that, polling, up
- * to ANNOUNCE_WAIT_MS in all (from *since, set at the first wait), rather
+ * lease's row until it commits.  A hoplock_acquire that finds the row of a
+ * lapsed term that nobody announced yet being changed waits for that,
+ * polling, up to ANNOUNCE_WAIT_POLLS times (*polls counts them), rather
  * than report contention: the lease is free, and whoever is changing the
  * row is most likely the worker announcing just that.  (If it is another
  * acquire taking the lease over, this one finds it held once that one
- * commits.)  Returns false, without waiting, if the call is not such an
- * acquire, or it has waited long enough.
+ * commits.)  Returns whether to poll once more (the caller lets go of
+ * what it holds and calls poll_pause); false if the call is not such an
+ * acquire or has polled enough.  hoplock_wait does not poll: it sleeps
+ * until the change's commit wakes it.  Nor does a transaction that reads
+ * through one snapshot: the other transaction's commit would stay
+ * invisible to it, and the next look would raise 40001.
  */
 static bool
 wait_for_announcement(const LeaseRequest *req, const Lease *cur,
-					  TimestampTz now, TimestampTz *since)
+					  TimestampTz now, int *polls)
 {
-	if (req->op != LEASE_OP_ACQUIRE || cur == NULL ||
-		cur->state != LEASE_STATE_HELD || now < cur->expires_at)
+	if (!req->await_announcement || cur == NULL ||
+		cur->state != LEASE_STATE_HELD || now < cur->expires_at ||
+		IsolationUsesXactSnapshot() || *polls >= ANNOUNCE_WAIT_POLLS)
 		return false;
-	if (*since == 0)
-		*since = now;
-	else if (now - *since >= ANNOUNCE_WAIT_MS * INT64CONST(1000))
-		return false;
+	(*polls)++;
+	return true;
+}
+
+/* One poll of wait_for_announcement: 1 ms */
+static void
+poll_pause(void)
+{
 	/*
-	 * A plain sleep, not the latch: hoplock_wait sleeps on a condition
-	 * variable around this call, and a latch reset here could swallow the
-	 * wake-up it is waiting for.
+	 * A plain sleep, not the latch: a caller may be about to sleep on a
+	 * condition variable (hoplock_wait), whose wake-up a latch reset here
+	 * would swallow.
 	 */
-	pgstat_report_wait_start(PG_WAIT_LOCK | LOCKTAG_TRANSACTION);
+	pgstat_report_wait_start(PG_WAIT_EXTENSION);
 	pg_usleep(1000L);
 	pgstat_report_wait_end();
 	CHECK_FOR_INTERRUPTS();
-	return true;
 }
 
 /*
@@ -574,7 +583,7 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 	HlRelation	rel;
 	bool		term_locked = false;
 	bool		busy = false;
-	TimestampTz waiting_since = 0;
+	int			polls = 0;
 	LeaseOutcome outcome;
 
 	*found = false;
@@ -621,9 +630,16 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 		now = GetCurrentTimestamp();
 		if (TransactionIdIsValid(cur.inflight))
 		{
-			if (wait_for_announcement(req, curp, now, &waiting_since))
+			if (wait_for_announcement(req, curp, now, &polls))
 			{
 				hl_version_release(&cur);
+				if (term_locked)
+				{
+					/* not held while it sleeps */
+					hl_term_unlock(req->name, ExclusiveLock);
+					term_locked = false;
+				}
+				poll_pause();
 				continue;
 			}
 			action = ACTION_HELD_ELSEWHERE;
@@ -689,8 +705,17 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 		if (tm == TM_BeingModified)
 		{
 			if (wait_for_announcement(req, curp, GetCurrentTimestamp(),
-									  &waiting_since))
+									  &polls))
+			{
+				if (term_locked)
+				{
+					/* not held while it sleeps */
+					hl_term_unlock(req->name, ExclusiveLock);
+					term_locked = false;
+				}
+				poll_pause();
 				continue;
+			}
 			outcome = LEASE_CONTENDED;
 			break;
 		}

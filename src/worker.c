@@ -731,6 +731,8 @@ recover_from_error(long *pause_ms)
 	session_ends = NULL;
 	in_pass = false;
 	pass_wanted = true;
+	if (pass_after != NULL)
+		pfree(pass_after);
 	pass_after = NULL;
 	in_sweep = false;
 	if (sweep_after != NULL)
