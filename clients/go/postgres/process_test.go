@@ -64,7 +64,11 @@ func childMain() int {
 		fmt.Fprintln(os.Stderr, "HOPLOCK_TEST_TTL:", err)
 		return 2
 	}
-	db, err := sql.Open("pgx", os.Getenv("HOPLOCK_TEST_DSN")+" application_name="+owner)
+	dsn := os.Getenv("HOPLOCK_TEST_DSN") + " application_name=" + owner
+	if user := os.Getenv("HOPLOCK_TEST_USER"); user != "" {
+		dsn += " user=" + user
+	}
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -124,7 +128,12 @@ func childMain() int {
 	}
 
 	for ctx.Err() == nil {
-		_ = e.Lead(ctx, func(ctx context.Context, lease hoplock.Lease) error {
+		if hoplock.IsPermanent(err) {
+			// Lead returned at once (the server refused us): not in a
+			// tight loop
+			time.Sleep(20 * time.Millisecond)
+		}
+		err = e.Lead(ctx, func(ctx context.Context, lease hoplock.Lease) error {
 			gen := lease.Generation
 			say("start %d %d", gen, wall())
 			if at, err := clock(ctx, gen); err == nil {
@@ -194,7 +203,9 @@ type childStart struct {
 	wall time.Time
 }
 
-func startChild(t *testing.T, name, owner string, ttl time.Duration, sessionBound bool) *child {
+// startChild starts an elector process; env adds to its environment
+// (HOPLOCK_TEST_USER=role: it connects as that role).
+func startChild(t *testing.T, name, owner string, ttl time.Duration, sessionBound bool, env ...string) *child {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -208,6 +219,7 @@ func startChild(t *testing.T, name, owner string, ttl time.Duration, sessionBoun
 	if sessionBound {
 		cmd.Env = append(cmd.Env, "HOPLOCK_TEST_SESSION_BOUND=1")
 	}
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -495,6 +507,88 @@ func TestProcessStalledLeader(t *testing.T) {
 		"A continued at %v, found its context done (%s) %v later; its stale write: %v",
 		stoppedAt.Format(stamp), sb.wall.Sub(stoppedAt).Round(time.Millisecond), ttl, sb.wall.Sub(ended).Round(10*time.Microsecond),
 		continuedAt.Format(stamp), sec.cause, sec.end.Sub(continuedAt).Round(10*time.Microsecond), sec.stale)
+}
+
+// A leader cut off from the server, alive and working: its sessions are
+// terminated and its role may not connect again -- "unreachable": over
+// its connection limit (53300, a transient error, as a network cut would
+// be); "refused": not permitted to log in (28000, a permanent error).
+// Unreachable, its renewals fail and its context ends at its local
+// deadline, before its term lapses on the server; refused, its context
+// ends at the first refusal. Either way the follower leads once the term
+// lapses on the server, and when the old leader can connect again, it
+// follows. No two critical sections overlap.
+func TestProcessLeaderCutOff(t *testing.T) {
+	testDSN(t)
+	setupProcWrites(t)
+	for _, role := range []string{"hoplock_cut_a", "hoplock_cut_b"} {
+		adminExec(t, fmt.Sprintf(`DO $$ BEGIN
+			IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '%[1]s') THEN
+				CREATE ROLE %[1]s LOGIN;
+			END IF;
+		END $$`, role))
+		adminExec(t, fmt.Sprintf(`ALTER ROLE %s LOGIN CONNECTION LIMIT -1`, role))
+		adminExec(t, q(fmt.Sprintf(`GRANT USAGE ON SCHEMA %%s TO %s`, role)))
+	}
+	t.Cleanup(func() { adminDB(t).Exec(`ALTER ROLE hoplock_cut_a LOGIN CONNECTION LIMIT -1`) })
+	for _, tc := range []struct {
+		name, cut, cause string
+	}{
+		{"unreachable", "CONNECTION LIMIT 0", "expired"},
+		{"refused", "NOLOGIN", "other"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leaderCutOff(t, tc.cut, tc.cause)
+		})
+	}
+}
+
+func leaderCutOff(t *testing.T, cut, wantCause string) {
+	name := leaseName(t)
+	const ttl = time.Second
+	a := startChild(t, name, "cutoff-a", ttl, false, "HOPLOCK_TEST_USER=hoplock_cut_a")
+	sa := a.waitStarted(t, 10*time.Second)
+	b := startChild(t, name, "cutoff-b", ttl, false, "HOPLOCK_TEST_USER=hoplock_cut_b")
+	waitWaiting(t, "cutoff-b")
+	time.Sleep(200 * time.Millisecond)
+
+	cutAt := time.Now()
+	adminExec(t, `ALTER ROLE hoplock_cut_a `+cut)
+	terminate(t, "cutoff-a")
+	sb := b.waitStarted(t, ttl+5*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	adminExec(t, `ALTER ROLE hoplock_cut_a LOGIN CONNECTION LIMIT -1`)
+	// A follows again: it waits in the server
+	waitWaiting(t, "cutoff-a")
+	time.Sleep(100 * time.Millisecond)
+
+	var sec section
+	for _, s := range sections(a) {
+		if s.gen == sa.gen {
+			sec = s
+		}
+	}
+	ended, how := termEnd(t, name, sa.gen)
+	switch {
+	case sec.end.IsZero():
+		t.Errorf("A (generation %d) never found its context done", sa.gen)
+	case sec.cause != wantCause:
+		t.Errorf("A's context ended with cause %q, want %q", sec.cause, wantCause)
+	case !sec.end.Before(ended):
+		t.Errorf("A found its context done at %v, after its term lapsed on the server at %v", sec.end.Format(stamp), ended.Format(stamp))
+	}
+	if !lapsed(how) {
+		t.Errorf("A's term ended %q, want lapsed", how)
+	}
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	b.cmd.Process.Signal(syscall.SIGTERM)
+	<-a.exited
+	<-b.exited
+	checkHistory(t, name, sections(a, b))
+	t.Logf("A cut off at %v; its last live check %v later, its context done (%s) %v later, %v before its term lapsed on the server; "+
+		"B led %v after the cut, %v after the lapse",
+		cutAt.Format(stamp), sec.to.Sub(cutAt).Round(time.Millisecond), sec.cause, sec.end.Sub(cutAt).Round(time.Millisecond),
+		ended.Sub(sec.end).Round(10*time.Microsecond), sb.wall.Sub(cutAt).Round(time.Millisecond), sb.wall.Sub(ended).Round(10*time.Microsecond))
 }
 
 // The leader's connections terminated (three times, both processes'), the
