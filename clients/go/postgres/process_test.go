@@ -1,13 +1,14 @@
 package postgres_test
 
-// Electors in processes of their own, killed (SIGKILL), stalled (SIGSTOP),
-// cut off (pg_terminate_backend) and left without a server (restart), with
-// a history checker. The test binary runs itself as the child process
+// Electors in processes of their own, stopped (SIGTERM), killed (SIGKILL),
+// stalled (SIGSTOP), cut off (pg_terminate_backend, connections refused)
+// and left without a server (restart, crash), with a history checker
+// (historycheck_test.go). The test binary runs itself as the child process
 // (HOPLOCK_TEST_CHILD set); the child leads through an Elector, and in its
 // fn checks its context, logs the moment it found itself still leading,
 // and writes a row fenced with the term's generation, every few
 // milliseconds. Each line it prints carries the local wall clock (the
-// children run on this machine, so the clocks are one).
+// children run on this machine, so the clocks are one) or the server's.
 
 import (
 	"bufio"
