@@ -91,3 +91,25 @@ SELECT show(hoplock_acquire('fen-auto', 'b', '1 h'));
 SELECT fenced_insert(4, 1);
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM fenced_work ORDER BY id;
+
+-- A fence cannot be taken in a parallel worker (its lock would end with the
+-- worker, leaving the transaction unprotected), even hidden in a function
+-- that claims to be parallel safe; nor can a lease change there.
+CREATE FUNCTION parallel_fence(n text, g bigint) RETURNS text
+LANGUAGE sql PARALLEL SAFE AS $$ SELECT hoplock_fence(n, g)::text $$;
+CREATE FUNCTION parallel_acquire(n text) RETURNS text
+LANGUAGE sql PARALLEL SAFE AS $$ SELECT hoplock_acquire(n, 'p', '1 h')::text $$;
+SELECT show(hoplock_acquire('fen-par', 'p', '1 h'));
+SELECT set_config(CASE WHEN current_setting('server_version_num')::int >= 160000
+                       THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END,
+                  'on', false) AS parallel;
+\set VERBOSITY terse
+SELECT parallel_fence('fen-par', (SELECT generation FROM hoplock_holder('fen-par')));
+\echo :LAST_ERROR_SQLSTATE
+SELECT parallel_acquire('fen-par-2');
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+SELECT set_config(CASE WHEN current_setting('server_version_num')::int >= 160000
+                       THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END,
+                  'off', false) AS parallel;
+SELECT hoplock_read('fen-par-2') IS NULL AS nothing_written;

@@ -94,6 +94,15 @@ SELECT hoplock_acquire('sec-limit-3', 'm', '1 h');
 -- an existing name can still be taken
 SELECT hoplock_release('sec-limit-1', 'm');
 SELECT show(hoplock_acquire('sec-limit-1', 'm2', '1 h'));
+-- but a name whose last term another role began counts as one more when
+-- this role takes it over: otherwise two roles could pass names back and
+-- forth, each creating new ones, with no bound
+RESET ROLE;
+SELECT show(hoplock_acquire('sec-limit-other', 'su', '1 h'));
+SELECT hoplock_release('sec-limit-other', 'su');
+SET ROLE regress_hoplock_mallory;
+SELECT hoplock_acquire('sec-limit-other', 'm', '1 h');
+\echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT show(hoplock_acquire('sec-limit-su', 'su', '1 h'));
 RESET hoplock.max_names_per_role;

@@ -59,6 +59,8 @@ static bool read_again_at_commit = false;	/* ALTER EXTENSION, COPY into
 											 * hoplock's tables */
 static bool stop_at_commit = false; /* DROP EXTENSION */
 static Oid	created_database = InvalidOid;	/* CREATE DATABASE */
+static bool database_altered = false;	/* ALTER DATABASE ... IS_TEMPLATE,
+										 * ALLOW_CONNECTIONS */
 static bool installed_at_commit = false;	/* the extension is there when
 											 * the transaction commits */
 
@@ -219,14 +221,15 @@ statement_over(Oid dboid)
 {
 	HlDbSlot   *slot = hl_slot_for(dboid);
 
+	/* only a database whose worker was stopped needs one started again */
 	if (slot != NULL)
 	{
 		LWLockAcquire(slot->lock, LW_EXCLUSIVE);
 		if (slot->dboid == dboid && slot->busy_pid == MyProcPid)
 			slot->busy_pid = 0;
 		LWLockRelease(slot->lock);
+		hl_wake_launcher(dboid);
 	}
-	hl_wake_launcher(dboid);
 }
 
 /*
@@ -290,9 +293,25 @@ utility(HL_UTILITY_ARGS)
 											true);
 	if (hl_shared != NULL && changes_state_behind_hoplock(stmt))
 		read_again_at_commit = true;
-	/* IS_TEMPLATE, ALLOW_CONNECTIONS: the launcher looks again */
+	/*
+	 * IS_TEMPLATE, ALLOW_CONNECTIONS: the launcher reads pg_database again
+	 * once this commits.  Only that: a wake-up that asked it to look into
+	 * every database would let any database owner start a stream of
+	 * background workers with a stream of ALTER DATABASE.
+	 */
 	if (hl_shared != NULL && IsA(stmt, AlterDatabaseStmt))
-		hl_wake_launcher(InvalidOid);
+	{
+		ListCell   *lc;
+
+		foreach(lc, ((AlterDatabaseStmt *) stmt)->options)
+		{
+			DefElem    *opt = (DefElem *) lfirst(lc);
+
+			if (strcmp(opt->defname, "is_template") == 0 ||
+				strcmp(opt->defname, "allow_connections") == 0)
+				database_altered = true;
+		}
+	}
 }
 
 static void
@@ -320,6 +339,8 @@ xact_callback(XactEvent event, void *arg)
 				hl_wake_launcher(MyDatabaseId);
 			if (OidIsValid(created_database))
 				hl_wake_launcher(created_database);
+			if (database_altered)
+				hl_nudge_launcher();
 			if (read_again_at_commit)
 			{
 				HlMessage	again;
@@ -330,6 +351,7 @@ xact_callback(XactEvent event, void *arg)
 				hl_post(MyDatabaseId, &again);
 			}
 			wake_at_commit = stop_at_commit = read_again_at_commit = false;
+			database_altered = false;
 			created_database = InvalidOid;
 			break;
 		case XACT_EVENT_ABORT:
@@ -337,6 +359,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			wake_at_commit = stop_at_commit = read_again_at_commit = false;
+			database_altered = false;
 			created_database = InvalidOid;
 			break;
 		default:

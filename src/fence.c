@@ -123,6 +123,8 @@ hl_fence(text *name, int64 generation)
 {
 	/* a fence on a standby could not keep the primary from changing terms */
 	PreventCommandDuringRecovery("hoplock_fence()");
+	/* nor one in a parallel worker: its lock would end with the worker */
+	PreventCommandIfParallelMode("hoplock_fence()");
 
 	check_fence(name, generation);
 	if (!hl_term_trylock(name, ShareLock))

@@ -180,6 +180,7 @@ void
 hl_prevent_write(const char *fn)
 {
 	PreventCommandIfReadOnly(fn);
+	PreventCommandIfParallelMode(fn);
 	PreventCommandDuringRecovery(fn);
 }
 
@@ -691,7 +692,13 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 			tm = TM_Ok;
 		}
 		else
+		{
+			/* a name another role began the last term of counts now */
+			if (action == ACTION_NEW_TERM &&
+				curp->owner_roleid != result->owner_roleid)
+				check_names_per_role(&rel);
 			tm = hl_store_update(&rel, &cur.tid, result);
+		}
 		hl_version_release(&cur);
 
 		if (tm == TM_Ok)

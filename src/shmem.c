@@ -340,6 +340,25 @@ hl_wake_launcher(Oid dboid)
 }
 
 /*
+ * Wake the launcher with no request: it reads pg_database again (as on
+ * every wake-up), and starts or lists workers as that says, but looks into
+ * no database it has not been asked to.
+ */
+void
+hl_nudge_launcher(void)
+{
+	Latch	   *latch;
+
+	if (hl_shared == NULL)
+		return;
+	LWLockAcquire(hl_shared->lock, LW_SHARED);
+	latch = hl_shared->launcher_latch;
+	LWLockRelease(hl_shared->lock);
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/*
  * Ask the worker of "dboid" to stop, and send it SIGTERM: it leaves at once,
  * even from inside a commit that waits for a synchronous standby.  Its pid
  * is read and signalled under the slot's lock, which it takes to clear the

@@ -180,6 +180,7 @@ extern bool hl_take(HlDbSlot *slot, HlMessage *msg, bool *overflowed);
 extern bool hl_mailbox_empty(HlDbSlot *slot);
 extern ConditionVariable *hl_wait_cv(text *name);
 extern void hl_wake_launcher(Oid dboid);
+extern void hl_nudge_launcher(void);
 extern void hl_stop_worker(Oid dboid, HlStopReason reason);
 extern void hl_count(HlCounter counter);
 extern int	hl_proc_index(void);
