@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bench/handover.sh [OUT.md]: how fast leadership changes hands with the Go
-# Elector on a scratch server -- a leader's fn returning (graceful), a
+# Elector on a scratch server -- a leader's fn returning (graceful, in one
+# process), a leader process stopped with SIGTERM (graceful), a
 # session-bound leader process killed, a TTL-bound leader process killed,
-# 20 rounds each --
-# as measured by the Go client's tests (scripts/test-go).  Part of make
-# bench.
+# 20 rounds each -- as measured by the Go client's tests (scripts/test-go),
+# which check each run's history too.  Part of make bench.
 set -eu
 out=${1:-/dev/stdout}
 here=$(cd "$(dirname "$0")/.." && pwd)
