@@ -250,5 +250,25 @@ like($err, qr/permission denied to drop extension "hoplock"/,
 is($node->safe_psql('ownerdb', q{SELECT generation FROM owned.hoplock_holder('kept')}),
 	'1', 'the lease is still there');
 
+# --- A database owner's stream of ALTER DATABASE --------------------------------
+# Each one makes the launcher read pg_database again, no more: it must not
+# start a worker to look into every database each time (a stream of them
+# took every background worker slot from parallel queries).
+# (The postmaster says at DEBUG1 when it starts a background worker; a
+# worker looking into a database without hoplock leaves without a word.)
+$node->safe_psql('postgres', 'ALTER SYSTEM SET log_min_messages = debug1');
+$node->reload;
+sleep 2;
+$log_offset = -s $node->logfile;
+$node->safe_psql('mallorydb',
+	join('', map { "ALTER DATABASE mallorydb CONNECTION LIMIT -1;\nALTER DATABASE mallorydb ALLOW_CONNECTIONS true;\n" } 1 .. 100),
+	extra_params => [ '-U', 'mallory' ]);
+sleep 2;
+my @started = (slurp_file($node->logfile, $log_offset) =~ /starting background worker process "hoplock worker/g);
+cmp_ok(scalar @started, '<=', 1,
+	'200 ALTER DATABASE by a database owner start no stream of workers');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET log_min_messages');
+$node->reload;
+
 $node->stop;
 done_testing();
