@@ -492,6 +492,9 @@ func stalledLeader(t *testing.T, inFence bool) {
 	// the signal takes effect a moment later
 	stoppedAt := waitStopped(t, a.cmd.Process.Pid)
 	sb := b.waitStarted(t, ttl+hungHolder+5*time.Second)
+	if d := sb.wall.Sub(stoppedAt); d < ttl/2 {
+		t.Errorf("B led %v after A was stopped, well before A's TTL %v", d, ttl)
+	}
 	// stopped for longer than the TTL, and until the follower leads
 	time.Sleep(time.Until(signalledAt.Add(ttl + 200*time.Millisecond)))
 	time.Sleep(200 * time.Millisecond)
@@ -553,6 +556,88 @@ func stalledLeader(t *testing.T, inFence bool) {
 		"A continued %v after the stop, found its context done (%s) %v later; its stale write: %v",
 		stoppedAt.Format(stamp), sb.wall.Sub(stoppedAt).Round(time.Millisecond), ttl, sb.wall.Sub(ended).Round(10*time.Microsecond),
 		continuedAt.Sub(stoppedAt).Round(time.Millisecond), sec.cause, sec.end.Sub(continuedAt).Round(10*time.Microsecond), sec.stale)
+}
+
+// A leader cut off from the server, alive and working: its sessions are
+// terminated and its role may not connect again -- "unreachable": over
+// its connection limit (53300, a transient error, as a network cut would
+// be); "refused": not permitted to log in (28000, a permanent error).
+// Unreachable, its renewals fail and its context ends at its local
+// deadline, before its term lapses on the server; refused, its context
+// ends at the first refusal. Either way the follower leads once the term
+// lapses on the server, and when the old leader can connect again, it
+// follows. No two critical sections overlap.
+func TestProcessLeaderCutOff(t *testing.T) {
+	testDSN(t)
+	setupProcWrites(t)
+	for _, role := range []string{"hoplock_cut_a", "hoplock_cut_b"} {
+		adminExec(t, fmt.Sprintf(`DO $$ BEGIN
+			IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '%[1]s') THEN
+				CREATE ROLE %[1]s LOGIN;
+			END IF;
+		END $$`, role))
+		adminExec(t, fmt.Sprintf(`ALTER ROLE %s LOGIN CONNECTION LIMIT -1`, role))
+		adminExec(t, q(fmt.Sprintf(`GRANT USAGE ON SCHEMA %%s TO %s`, role)))
+	}
+	t.Cleanup(func() { adminDB(t).Exec(`ALTER ROLE hoplock_cut_a LOGIN CONNECTION LIMIT -1`) })
+	for _, tc := range []struct {
+		name, cut, cause string
+	}{
+		{"unreachable", "CONNECTION LIMIT 0", "expired"},
+		{"refused", "NOLOGIN", "other"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leaderCutOff(t, tc.cut, tc.cause)
+		})
+	}
+}
+
+func leaderCutOff(t *testing.T, cut, wantCause string) {
+	name := leaseName(t)
+	const ttl = time.Second
+	a := startChild(t, name, "cutoff-a", ttl, false, "HOPLOCK_TEST_USER=hoplock_cut_a")
+	sa := a.waitStarted(t, 10*time.Second)
+	b := startChild(t, name, "cutoff-b", ttl, false, "HOPLOCK_TEST_USER=hoplock_cut_b")
+	waitWaiting(t, "cutoff-b")
+	time.Sleep(200 * time.Millisecond)
+
+	cutAt := time.Now()
+	adminExec(t, `ALTER ROLE hoplock_cut_a `+cut)
+	terminate(t, "cutoff-a")
+	sb := b.waitStarted(t, ttl+5*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	adminExec(t, `ALTER ROLE hoplock_cut_a LOGIN CONNECTION LIMIT -1`)
+	// A follows again: it waits in the server
+	waitWaiting(t, "cutoff-a")
+	time.Sleep(100 * time.Millisecond)
+
+	var sec section
+	for _, s := range sections(a) {
+		if s.gen == sa.gen {
+			sec = s
+		}
+	}
+	ended, how := termEnd(t, name, sa.gen)
+	switch {
+	case sec.end.IsZero():
+		t.Errorf("A (generation %d) never found its context done", sa.gen)
+	case sec.cause != wantCause:
+		t.Errorf("A's context ended with cause %q, want %q", sec.cause, wantCause)
+	case !sec.end.Before(ended):
+		t.Errorf("A found its context done at %v, after its term lapsed on the server at %v", sec.end.Format(stamp), ended.Format(stamp))
+	}
+	if !lapsed(how) {
+		t.Errorf("A's term ended %q, want lapsed", how)
+	}
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	b.cmd.Process.Signal(syscall.SIGTERM)
+	<-a.exited
+	<-b.exited
+	checkHistory(t, name, sections(a, b))
+	t.Logf("A cut off at %v; its last live check %v later, its context done (%s) %v later, %v before its term lapsed on the server; "+
+		"B led %v after the cut, %v after the lapse",
+		cutAt.Format(stamp), sec.to.Sub(cutAt).Round(time.Millisecond), sec.cause, sec.end.Sub(cutAt).Round(time.Millisecond),
+		ended.Sub(sec.end).Round(10*time.Microsecond), sb.wall.Sub(cutAt).Round(time.Millisecond), sb.wall.Sub(ended).Round(10*time.Microsecond))
 }
 
 // waitStopped returns once process pid is stopped (state T in
