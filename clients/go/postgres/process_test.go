@@ -58,8 +58,8 @@ func TestMain(m *testing.M) {
 //	                          ended), other --, CAUSE its text
 //	stale GEN OUTCOME         a write with the lost term's generation, after
 //	                          the loss: its SQLSTATE ("committed" if it was)
-//	fenced GEN WALL           after SIGUSR1: about to stop itself (SIGSTOP)
-//	                          inside a transaction fenced with GEN
+//	fenced GEN WALL           after SIGUSR1: inside a transaction fenced
+//	                          with GEN, waiting for SIGCONT to go on
 func childMain() int {
 	name := os.Getenv("HOPLOCK_TEST_CHILD")
 	owner := os.Getenv("HOPLOCK_TEST_OWNER")
@@ -97,7 +97,8 @@ func childMain() int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
 	go func() { <-sigs; stop() }()
-	// SIGUSR1: stop (SIGSTOP) inside the next fenced transaction
+	// SIGUSR1: inside the next fenced transaction, say so and wait for
+	// SIGCONT (the test stops this process meanwhile)
 	var stopInFence atomic.Bool
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
@@ -106,6 +107,8 @@ func childMain() int {
 			stopInFence.Store(true)
 		}
 	}()
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
 
 	// write commits a row fenced with gen; it returns the row's id and
 	// the server's clock when it was inserted.
@@ -119,8 +122,12 @@ func childMain() int {
 			return 0, at, err
 		}
 		if stopInFence.CompareAndSwap(true, false) {
+			select {
+			case <-cont:
+			default:
+			}
 			say("fenced %d %d", gen, wall())
-			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			<-cont
 		}
 		if err := tx.QueryRowContext(wctx, `INSERT INTO proc_writes (name, owner, generation) VALUES ($1, $2, $3)
 			RETURNING id, at`, name, owner, gen).Scan(&id, &at); err != nil {
@@ -282,6 +289,20 @@ func (c *child) waitStarted(t *testing.T, within time.Duration) childStart {
 		t.Fatalf("%s: not leading within %v", c.owner, within)
 	}
 	panic("unreachable")
+}
+
+// waitLine waits until the child has printed a line whose first word is
+// word.
+func (c *child) waitLine(t *testing.T, word string, within time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		for _, line := range c.output() {
+			if strings.HasPrefix(line, word+" ") {
+				return
+			}
+		}
+	}
+	t.Fatalf("%s did not say %q within %v", c.owner, word, within)
 }
 
 func (c *child) kill() time.Time {
@@ -481,16 +502,29 @@ func stalledLeader(t *testing.T, inFence bool) {
 	waitWaiting(t, "stalled-b")
 	time.Sleep(200 * time.Millisecond)
 
-	signalledAt := time.Now()
-	sig := syscall.SIGSTOP
 	if inFence {
-		sig = syscall.SIGUSR1 // it stops itself inside its next fenced transaction
+		// A waits inside its next fenced transaction
+		if err := a.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		a.waitLine(t, "fenced", 5*time.Second)
 	}
-	if err := a.cmd.Process.Signal(sig); err != nil {
+	signalledAt := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	// the signal takes effect a moment later
 	stoppedAt := waitStopped(t, a.cmd.Process.Pid)
+	if inFence {
+		// A's fence is open, and holds the lease up
+		var blockedBy sql.NullInt64
+		if err := adminDB(t).QueryRow(q(`SELECT blocked_by FROM %s.hoplock_leases WHERE name = $1`), name).Scan(&blockedBy); err != nil {
+			t.Fatal(err)
+		}
+		if !blockedBy.Valid {
+			t.Errorf("A stopped inside its fenced transaction, but nothing holds the lease up")
+		}
+	}
 	sb := b.waitStarted(t, ttl+hungHolder+5*time.Second)
 	if d := sb.wall.Sub(stoppedAt); d < ttl/2 {
 		t.Errorf("B led %v after A was stopped, well before A's TTL %v", d, ttl)
@@ -640,18 +674,37 @@ func leaderCutOff(t *testing.T, cut, wantCause string) {
 		ended.Sub(sec.end).Round(10*time.Microsecond), sb.wall.Sub(cutAt).Round(time.Millisecond), sb.wall.Sub(ended).Round(10*time.Microsecond))
 }
 
-// waitStopped returns once process pid is stopped (state T in
-// /proc/PID/stat; where there is no /proc, 50 ms after it was signalled).
+// waitStopped returns once every thread of process pid is stopped (state
+// T in /proc/PID/task/*/stat; where there is no /proc, 50 ms after it was
+// signalled). The threads stop one by one: until the last has, the
+// process may still run.
 func waitStopped(t *testing.T, pid int) time.Time {
 	t.Helper()
+	stopped := func() (bool, error) {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return false, err
+		}
+		for _, task := range tasks {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				return false, err
+			}
+			// pid (comm) state ...: comm may hold spaces, not ')'
+			i := strings.LastIndexByte(string(stat), ')')
+			if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Microsecond) {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		ok, err := stopped()
 		if err != nil {
 			time.Sleep(50 * time.Millisecond)
 			return time.Now()
 		}
-		// pid (comm) state ...: comm may hold spaces, not ')'
-		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'T' {
+		if ok {
 			return time.Now()
 		}
 	}
