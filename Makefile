@@ -3,7 +3,10 @@
 MODULE_big = hoplock
 OBJS = \
 	src/args.o \
+	src/branch.o \
 	src/dbhooks.o \
+	src/delivery.o \
+	src/eventlog.o \
 	src/events.o \
 	src/fence.o \
 	src/fenced.o \
@@ -21,13 +24,14 @@ OBJS = \
 	src/session.o \
 	src/shmem.o \
 	src/store.o \
+	src/stream.o \
 	src/table.o \
 	src/termlock.o \
 	src/wait.o \
 	src/worker.o
 
 EXTENSION = hoplock
-DATA = hoplock--1.0.0.sql hoplock--1.0.0--1.1.0.sql hoplock--1.1.0.sql
+DATA = hoplock--1.0.0.sql hoplock--1.0.0--1.1.0.sql hoplock--1.1.0.sql hoplock--1.1.0--1.2.0.sql hoplock--1.2.0.sql
 PGFILEDESC = "hoplock - lease-based leader election"
 
 # Regression tests: one file per topic, run on a scratch server that
@@ -47,6 +51,7 @@ REGRESS = \
 	privileges \
 	security \
 	events \
+	watch \
 	durability \
 	guc \
 	guc_prefix \
@@ -73,7 +78,9 @@ ISOLATION = \
 	events_resume \
 	history_busy \
 	names_per_role \
-	reindex_concurrently
+	row_locks \
+	reindex_concurrently \
+	watch_order
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 
 TAP_TESTS = 1
@@ -86,10 +93,10 @@ include $(PGXS)
 
 # Every object depends on the shared headers (PGXS tracks no header
 # dependencies unless the server was configured with --enable-depend).
-$(OBJS): src/hoplock.h src/compat.h src/schedule.h src/shmem.h
+$(OBJS): src/hoplock.h src/compat.h src/schedule.h src/shmem.h src/branch.h src/eventlog.h
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test test-matrix test-valgrind demo bench bench-quick dist torture
+.PHONY: check-regress check-isolation check-tap test test-matrix test-valgrind demo bench bench-quick dist torture torture-forks
 
 check-regress:
 	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
@@ -121,8 +128,14 @@ dist:
 torture:
 	scripts/torture
 
-# Every suite against assert-enabled builds of each PostgreSQL version
-# (scripts/pg-build); test-matrix VERSIONS="13 18" for some of them
+# The fork torture test (t/037_fork_torture.pl) for 10 minutes, or DURATION
+# seconds, its checks strict (non-zero exit on any violation)
+torture-forks:
+	scripts/torture-forks
+
+# Regression, isolation and the version-sensitive TAP files against
+# assert-enabled builds of PostgreSQL 13, 17 and 18 (scripts/pg-build);
+# VERSIONS="13 18" for others, HOPLOCK_MATRIX_TAP=all for every TAP file
 test-matrix:
 	scripts/test-matrix $(VERSIONS)
 

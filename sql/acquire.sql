@@ -1,6 +1,7 @@
 -- acquire: free, held by the same owner, held by another, released, expired.
 
--- A free lease: a new term, generation 1, expires_at = clock + ttl.
+-- A free lease: a new term, the name's first generation (g1), expires_at =
+-- clock + ttl.
 SELECT show(l), l.handle IS NOT NULL AS has_handle,
        l.expires_at - l.acquired_at AS ttl
   FROM hoplock_acquire('acq', 'host-a:1', '15 s') AS l;

@@ -1,5 +1,6 @@
--- events: the NOTIFY payloads a listener receives, sent only at commit.
--- A second connection, opened with dblink, is the listener.
+-- events: the NOTIFY payloads a listener receives, sent by the worker once
+-- the change has committed.  A second connection, opened with dblink, is
+-- the listener.
 
 CREATE EXTENSION IF NOT EXISTS dblink;
 SELECT dblink_connect('listener',
@@ -8,8 +9,9 @@ SELECT dblink_connect('listener',
                   split_part(current_setting('unix_socket_directories'), ',', 1)));
 SELECT dblink_exec('listener', 'LISTEN hoplock');
 
--- A second connection sends a "sync" notification after everything the
--- caller committed; once the listener has it, it has all events before it
+-- Once the worker has sent every event committed (up to hoplock_position(),
+-- as another session sees it), a second connection sends a "sync"
+-- notification; once the listener has it, it has all events before it
 -- (notifications are delivered in commit order).
 SELECT dblink_connect('sender',
            format('dbname=%s port=%s host=%s', current_database(),
@@ -22,6 +24,12 @@ DECLARE
     n record;
     synced boolean := false;
 BEGIN
+    FOR i IN 1..1000 LOOP
+        EXIT WHEN (SELECT coalesce(max(d.delivered), 0)
+                     FROM hoplock_internal.delivery AS d) >=
+                  (SELECT p FROM dblink('sender', 'SELECT hoplock_position()') AS t(p bigint));
+        PERFORM pg_sleep(0.01);
+    END LOOP;
     PERFORM dblink_exec('sender', $q$NOTIFY hoplock, 'sync'$q$);
     FOR i IN 1..1000 LOOP
         FOR n IN SELECT * FROM dblink_get_notify('listener') LOOP
@@ -41,15 +49,16 @@ BEGIN
     END IF;
 END $$;
 
--- What the listener got since last time, one line per event.  The payload
--- must parse as JSON with exactly the contract's keys.
+-- What the listener got since last time, one line per event, its
+-- generation shown as show() does.  The payload must parse as JSON with
+-- exactly the contract's keys.
 CREATE FUNCTION received() RETURNS TABLE (channel text, event text, name text,
-                                          owner text, generation bigint,
+                                          owner text, generation text,
                                           keys text)
 LANGUAGE sql AS $$
     SELECT r.channel,
            r.payload->>'event', r.payload->>'name', r.payload->>'owner',
-           (r.payload->>'generation')::bigint,
+           gen_label(r.payload->>'name', (r.payload->>'generation')::bigint),
            (SELECT string_agg(k, ',' ORDER BY k) FROM json_object_keys(r.payload) AS k)
       FROM received_payloads() AS r
 $$;
@@ -115,13 +124,17 @@ SELECT name = E'ev "q" \\ \u00e9\u4e2d' AS name_ok, owner = E'o\'w"n\\er' AS own
   FROM received();
 
 -- Every event carries its number in the database's sequence of events:
--- increasing, and the same hoplock_events() gives for it.  A renewal's
--- number is taken too, but renewals are not kept for hoplock_events.
+-- increasing, and the same hoplock_events() gives for it.
+-- The numbers come as strings too, digit for digit (above 2^53 a
+-- JavaScript client's JSON.parse loses digits of the numbers).
 SELECT show(hoplock_acquire('ev-seq', 'a', '1 h'));
 SELECT hoplock_release('ev-seq', 'a');
 SELECT show(hoplock_acquire('ev-seq', 'b', '1 h'));
 SELECT r.payload->>'event' AS event, r.payload->>'owner' AS owner,
        (r.payload->>'seq')::bigint = e.seq AS same_seq,
+       r.payload->>'seq_text' = e.seq::text AS same_seq_text,
+       r.payload->>'generation_text' = e.generation::text AS same_generation_text,
+       (r.payload->>'seq')::bigint > 9007199254740992 AS above_2_53,
        (r.payload->>'seq')::bigint > lag((r.payload->>'seq')::bigint, 1, 0::bigint)
            OVER (ORDER BY (r.payload->>'seq')::bigint) AS increasing
   FROM received_payloads() AS r
@@ -148,3 +161,23 @@ SELECT pg_sleep(0.5);
 SHOW hoplock.channel;
 
 SELECT dblink_disconnect('listener'), dblink_disconnect('sender');
+
+-- EXPLAIN of a statement that would write hoplock's tables writes nothing:
+-- not even the branch row of an SQL write (it would be a write in a
+-- read-only transaction, and an error on a standby)
+BEGIN READ ONLY;
+EXPLAIN (COSTS OFF) DELETE FROM hoplock_internal.lease WHERE false;
+SELECT pg_current_xact_id_if_assigned() IS NULL AS wrote_nothing;
+COMMIT;
+
+-- A number no event of this database can have (far in the future), or of
+-- no history at all, is no place to resume from: HL001, not an empty set
+\set VERBOSITY terse
+SELECT * FROM hoplock_events(9000000000000000000);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM hoplock_events(12345);
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+-- while resuming from the newest number there is works
+SELECT count(*) AS after_newest
+  FROM hoplock_events((SELECT max(seq) FROM hoplock_events(0)));

@@ -8,28 +8,32 @@ CREATE TABLE fw (id int PRIMARY KEY, payload text, generation bigint);
 CREATE TRIGGER fw_fenced BEFORE INSERT OR UPDATE OR DELETE ON fw
     FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease', 'generation');
 
+-- (Generations are read with \gset: their values are hoplock's business.
+-- raises() shows them in its error as g1, g2, ... as show() does.)
 SELECT show(hoplock_acquire('fw-lease', 'leader-1', '1 h'));
+SELECT generation AS fw1 FROM hoplock_read('fw-lease') \gset
 
 -- The leader's rows, stamped with its generation, go through: one row, and
 -- a bulk insert (its own transaction, autocommit).
-INSERT INTO fw VALUES (1, 'one', 1);
-INSERT INTO fw SELECT i, 'bulk', 1 FROM generate_series(2, 1000) AS i;
+INSERT INTO fw VALUES (1, 'one', :fw1);
+INSERT INTO fw SELECT i, 'bulk', :fw1 FROM generate_series(2, 1000) AS i;
 UPDATE fw SET payload = 'updated' WHERE id = 2;
 
 -- Rows claiming another generation: 55P03, and the statement rolls back.
-INSERT INTO fw VALUES (1001, 'future', 2);
+SELECT raises('fw-lease', $$INSERT INTO fw VALUES (1001, 'future', %s)$$, :fw1 + 1);
 \echo :LAST_ERROR_SQLSTATE
-UPDATE fw SET payload = 'x', generation = 2 WHERE id = 1;
+SELECT raises('fw-lease', $$UPDATE fw SET payload = 'x', generation = %s WHERE id = 1$$,
+              :fw1 + 1);
 \echo :LAST_ERROR_SQLSTATE
-INSERT INTO fw SELECT i, 'mixed', CASE WHEN i < 1500 THEN 1 ELSE 2 END
-  FROM generate_series(1001, 2000) AS i;
+SELECT raises('fw-lease', $$INSERT INTO fw SELECT i, 'mixed', CASE WHEN i < 1500 THEN %s ELSE %s END
+  FROM generate_series(1001, 2000) AS i$$, :fw1, :fw1 + 1);
 \echo :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM fw;
 
 -- The writer's transaction holds the fence, as hoplock_fence would: one
 -- shared term lock, however many rows.
 BEGIN;
-INSERT INTO fw SELECT i, 'in a transaction', 1 FROM generate_series(1001, 1100) AS i;
+INSERT INTO fw SELECT i, 'in a transaction', :fw1 FROM generate_series(1001, 1100) AS i;
 SELECT locktype, mode, objsubid, count(*)
   FROM pg_locks
  WHERE pid = pg_backend_pid() AND locktype = 'advisory'
@@ -40,26 +44,29 @@ COMMIT;
 -- updates or deletes; the new leader stamps old rows to take them over.
 SELECT hoplock_force_release('fw-lease');
 SELECT show(hoplock_acquire('fw-lease', 'leader-2', '1 h'));
-INSERT INTO fw VALUES (3001, 'zombie', 1);
+SELECT generation AS fw2 FROM hoplock_read('fw-lease') \gset
+SELECT raises('fw-lease', $$INSERT INTO fw VALUES (3001, 'zombie', %s)$$, :fw1);
 \echo :LAST_ERROR_SQLSTATE
-UPDATE fw SET payload = 'zombie' WHERE id = 3;
+SELECT raises('fw-lease', $$UPDATE fw SET payload = 'zombie' WHERE id = 3$$);
 \echo :LAST_ERROR_SQLSTATE
+SELECT raises('fw-lease', $$DELETE FROM fw WHERE id = 3$$);
+\echo :LAST_ERROR_SQLSTATE
+UPDATE fw SET generation = :fw2 WHERE id = 3;
 DELETE FROM fw WHERE id = 3;
-\echo :LAST_ERROR_SQLSTATE
-UPDATE fw SET generation = 2 WHERE id = 3;
-DELETE FROM fw WHERE id = 3;
-SELECT generation, count(*) FROM fw GROUP BY 1 ORDER BY 1;
+SELECT gen_label('fw-lease', generation) AS generation, count(*)
+  FROM fw GROUP BY generation ORDER BY generation;
 
 -- A lapsed term's rows are rejected too.  (Two seconds leave the first
 -- insert time enough under valgrind.)
 SELECT show(hoplock_acquire('fw-short', 'a', '2 s'));
-CREATE TABLE fw_short (g int);
+SELECT generation AS short1 FROM hoplock_read('fw-short') \gset
+CREATE TABLE fw_short (g bigint);
 CREATE TRIGGER fw_short_fenced BEFORE INSERT ON fw_short
     FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-short', 'g');
-INSERT INTO fw_short VALUES (1);
+INSERT INTO fw_short VALUES (:short1);
 SELECT pg_sleep(2.1);
 \set VERBOSITY terse
-INSERT INTO fw_short VALUES (1);
+SELECT raises('fw-short', $$INSERT INTO fw_short VALUES (%s)$$, :short1);
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
 
@@ -68,7 +75,7 @@ INSERT INTO fw VALUES (4001, 'no generation', NULL);
 \echo :LAST_ERROR_SQLSTATE
 
 -- Triggers set up wrong: each call says what is wrong.
-CREATE TABLE fw_bad (id int, generation text);
+CREATE TABLE fw_bad (id bigint, generation text);
 CREATE TRIGGER fw_bad_column BEFORE INSERT ON fw_bad
     FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease', 'no_such_column');
 INSERT INTO fw_bad VALUES (1, '2');
@@ -94,6 +101,20 @@ CREATE TRIGGER fw_bad_level BEFORE INSERT ON fw_bad
 INSERT INTO fw_bad VALUES (1, '2');
 \echo :LAST_ERROR_SQLSTATE
 DROP TRIGGER fw_bad_level ON fw_bad;
+-- An AFTER trigger would check the row only after it was written (and a
+-- deferred constraint trigger at commit): 39P01, the row is not written.
+CREATE TRIGGER fw_bad_after AFTER INSERT ON fw_bad
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease', 'id');
+INSERT INTO fw_bad VALUES (:fw2, 'the current generation');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fw_bad_after ON fw_bad;
+CREATE CONSTRAINT TRIGGER fw_bad_deferred AFTER INSERT ON fw_bad
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease', 'id');
+INSERT INTO fw_bad VALUES (:fw2, 'the current generation');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER fw_bad_deferred ON fw_bad;
+SELECT count(*) FROM fw_bad;
 SELECT hoplock_fenced();
 \echo :LAST_ERROR_SQLSTATE
 
@@ -101,11 +122,26 @@ SELECT hoplock_fenced();
 CREATE ROLE regress_hoplock_intruder;
 GRANT ALL ON fw TO regress_hoplock_intruder;
 SET ROLE regress_hoplock_intruder;
-INSERT INTO fw VALUES (5001, 'intruder', 2);
+INSERT INTO fw VALUES (5001, 'intruder', :fw2);
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 REVOKE ALL ON fw FROM regress_hoplock_intruder;
 DROP ROLE regress_hoplock_intruder;
 
-DROP TABLE fw, fw_short, fw_bad;
+-- TRUNCATE fires no row trigger: it empties a fenced table unchecked,
+-- unless a BEFORE TRUNCATE trigger refuses it (0A000, nothing removed).
+CREATE TABLE fw_trunc (g bigint);
+CREATE TRIGGER fw_trunc_fenced BEFORE INSERT OR UPDATE OR DELETE ON fw_trunc
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease', 'g');
+INSERT INTO fw_trunc VALUES (:fw2);
+CREATE TRIGGER fw_trunc_truncate BEFORE TRUNCATE ON fw_trunc
+    FOR EACH STATEMENT EXECUTE FUNCTION hoplock_fenced('fw-lease', 'g');
+TRUNCATE fw_trunc;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM fw_trunc;
+DROP TRIGGER fw_trunc_truncate ON fw_trunc;
+TRUNCATE fw_trunc;
+SELECT count(*) FROM fw_trunc;
+
+DROP TABLE fw, fw_short, fw_bad, fw_trunc;
 SELECT hoplock_release('fw-lease', 'leader-2');

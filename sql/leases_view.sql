@@ -6,7 +6,7 @@ SELECT show(hoplock_acquire('view-rel', 'c', '1 h'));
 SELECT hoplock_release('view-rel', 'c');
 SELECT pg_sleep(0.1);
 
-SELECT name, owner, generation, expired,
+SELECT name, owner, gen_label(name, generation) AS generation, expired,
        remaining > interval '59 min' AND remaining <= interval '1 h' AS remaining_about_1h,
        remaining = interval '0' AS remaining_zero,
        acquired_at <= renewed_at AND renewed_at < expires_at AS times_ordered
@@ -46,7 +46,9 @@ SELECT dblink_connect('fencer',
                   split_part(current_setting('unix_socket_directories'), ',', 1)));
 SELECT pid AS fencer_pid FROM dblink('fencer', 'SELECT pg_backend_pid()') AS t(pid int) \gset
 SELECT dblink_exec('fencer', 'BEGIN');
-SELECT * FROM dblink('fencer', $$SELECT hoplock_fence('view-held', 1)$$) AS t(f text);
+SELECT * FROM dblink('fencer', format($$SELECT hoplock_fence('view-held', %s)$$,
+                                       (SELECT generation FROM hoplock_read('view-held'))))
+           AS t(f text);
 SELECT name, role = current_user AS role_is_mine, session_bound, holder_pid,
        blocked_by = :fencer_pid AS blocked_by_fencer
   FROM hoplock_leases WHERE name LIKE 'view-%' ORDER BY name;

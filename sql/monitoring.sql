@@ -5,9 +5,10 @@
 
 -- (reinstall dropped the extension, and show() with it)
 CREATE FUNCTION show(l hoplock_lease) RETURNS text
-LANGUAGE sql AS $$
+LANGUAGE sql SET search_path = pg_catalog, public, pg_temp AS $$
     SELECT CASE WHEN l IS NULL THEN 'NULL'
-                ELSE format('%s/%s/g%s', l.name, l.owner, l.generation)
+                ELSE format('%s/%s/%s', l.name, l.owner,
+                            gen_label(l.name, l.generation))
            END
 $$;
 
@@ -48,18 +49,19 @@ SELECT count(*) AS rows_visible FROM hoplock_stats WHERE datname = current_datab
 RESET ROLE;
 
 -- The history: one row per term, how each ended.  Renewals write nothing.
-SELECT generation, owner, role, ended_at IS NOT NULL AS ended, how
-  FROM hoplock_history WHERE name = 'mon' ORDER BY generation;
-SELECT generation, owner, how
-  FROM hoplock_history WHERE name = 'mon-lapse' ORDER BY generation;
+SELECT gen_label(name, generation) AS generation, owner, role,
+       ended_at IS NOT NULL AS ended, how
+  FROM hoplock_history WHERE name = 'mon' ORDER BY hoplock_history.generation;
+SELECT gen_label(name, generation) AS generation, owner, how
+  FROM hoplock_history WHERE name = 'mon-lapse' ORDER BY hoplock_history.generation;
 
 -- Written over, deleted.
 SELECT hoplock_write('mon-w', NULL, 'a', '1 h') IS NOT NULL AS written;
 SELECT hoplock_write('mon-w', (SELECT handle FROM hoplock_read('mon-w')),
                      'b', '1 h') IS NOT NULL AS written;
 SELECT hoplock_delete('mon-w', (SELECT handle FROM hoplock_read('mon-w')));
-SELECT generation, owner, how
-  FROM hoplock_history WHERE name = 'mon-w' ORDER BY generation;
+SELECT gen_label(name, generation) AS generation, owner, how
+  FROM hoplock_history WHERE name = 'mon-w' ORDER BY hoplock_history.generation;
 
 -- A rolled-back term leaves nothing in the history.
 BEGIN;
@@ -68,7 +70,7 @@ ROLLBACK;
 SELECT count(*) AS rolled_back_rows FROM hoplock_history WHERE name = 'mon-rb';
 
 -- The events, numbered: a client that saw up to some number reads the rest.
-SELECT e.event, e.owner, e.generation,
+SELECT e.event, e.owner, gen_label(e.name, e.generation) AS generation,
        e.seq > 0 AS numbered,
        e.at = CASE WHEN e.event = 'acquired' THEN h.acquired_at ELSE h.ended_at END
            AS at_matches_history
@@ -82,7 +84,7 @@ SELECT bool_and(seq > prev) AS increasing
           FROM hoplock_events()) AS s;
 -- Resuming after the third event of "mon" gives the rest, and nothing
 -- before.
-SELECT event, owner, generation
+SELECT event, owner, gen_label(name, generation) AS generation
   FROM hoplock_events((SELECT seq FROM hoplock_events() WHERE name = 'mon'
                         ORDER BY seq OFFSET 2 LIMIT 1))
  WHERE name = 'mon' ORDER BY seq;
@@ -94,13 +96,15 @@ SELECT count(*) AS null_since_gives_nothing FROM hoplock_events(NULL);
 -- Forgetting a name: its row goes, and its next term still gets a greater
 -- generation.
 SELECT hoplock_release('mon', 'c');
+SELECT max(generation) AS mon_forgotten FROM hoplock_history WHERE name = 'mon' \gset
 SELECT hoplock_forget('mon');
 SELECT show(hoplock_read('mon'));
 SELECT show(hoplock_acquire('mon', 'e', '1 h'));
 SELECT hoplock_release('mon', 'e');
 -- The floor that keeps it so is the database's: a name new to it starts
 -- above every generation forgotten.
-SELECT show(hoplock_acquire('mon-new', 'a', '1 h'));
+SELECT show(l), l.generation > :mon_forgotten AS above_forgotten
+  FROM hoplock_acquire('mon-new', 'a', '1 h') AS l;
 SELECT hoplock_release('mon-new', 'a');
 -- A held term is not forgotten.
 SELECT hoplock_forget('mon-lapse');

@@ -24,6 +24,7 @@ RESET ROLE;
 SET ROLE regress_hoplock_alice;
 SELECT show(hoplock_acquire('priv', 'worker-1', '1 h'));
 RESET ROLE;
+SELECT generation AS priv1 FROM hoplock_read('priv') \gset
 
 -- bob, not a member of alice, cannot renew, extend, release or fence it,
 -- even knowing the owner string: 42501.
@@ -34,7 +35,7 @@ SELECT hoplock_acquire('priv', 'worker-1', '1 h');
 \echo :LAST_ERROR_SQLSTATE
 SELECT hoplock_release('priv', 'worker-1');
 \echo :LAST_ERROR_SQLSTATE
-SELECT hoplock_fence('priv', 1);
+SELECT hoplock_fence('priv', :priv1);
 \echo :LAST_ERROR_SQLSTATE
 SELECT hoplock_delete('priv', (SELECT handle FROM hoplock_read('priv')));
 \echo :LAST_ERROR_SQLSTATE
@@ -53,7 +54,7 @@ SELECT show(hoplock_holder('priv'));
 SET ROLE regress_hoplock_carol;
 SELECT show(hoplock_renew('priv', 'worker-1', '1 h'));
 BEGIN;
-SELECT hoplock_fence('priv', 1);
+SELECT hoplock_fence('priv', :priv1);
 COMMIT;
 SELECT hoplock_release('priv', 'worker-1');
 RESET ROLE;

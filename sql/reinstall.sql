@@ -28,14 +28,16 @@ SELECT hoplock_holder('cache');
 \echo :LAST_ERROR_SQLSTATE
 
 -- DROP and CREATE EXTENSION in the same session: new relations, new type,
--- and the old state is gone with the old table.
+-- and the old state is gone with the old table (and its history: show()
+-- counts terms from g1 again).
 DROP EXTENSION hoplock CASCADE;
 SELECT hoplock_holder('cache');
 CREATE EXTENSION hoplock;
 CREATE FUNCTION show(l hoplock_lease) RETURNS text
-LANGUAGE sql AS $$
+LANGUAGE sql SET search_path = pg_catalog, public, pg_temp AS $$
     SELECT CASE WHEN l IS NULL THEN 'NULL'
-                ELSE format('%s/%s/g%s', l.name, l.owner, l.generation)
+                ELSE format('%s/%s/%s', l.name, l.owner,
+                            gen_label(l.name, l.generation))
            END
 $$;
 SELECT show(hoplock_holder('cache'));
@@ -45,7 +47,17 @@ SELECT show(hoplock_renew('cache', 'b', '1 h'));
 -- Another session drops and recreates it while this one has it cached.
 SELECT dblink_exec('other', 'DROP EXTENSION hoplock CASCADE');
 SELECT dblink_exec('other', 'CREATE EXTENSION hoplock');
-SELECT owner, generation FROM hoplock_holder('cache');
-SELECT owner, generation FROM hoplock_acquire('cache', 'c', '1 h');
+SELECT owner, gen_label(name, generation) AS generation FROM hoplock_holder('cache');
+SELECT owner, gen_label(name, generation) AS generation
+  FROM hoplock_acquire('cache', 'c', '1 h');
 
 SELECT dblink_disconnect('other');
+
+-- A term begun in the transaction that drops the extension commits with
+-- it: its event, recorded at the commit, goes with the event log.
+BEGIN;
+SELECT hoplock_acquire('doomed', 'a', '1 h') IS NOT NULL AS acquired;
+DROP EXTENSION hoplock CASCADE;
+COMMIT;
+CREATE EXTENSION hoplock;
+SELECT hoplock_holder('doomed') IS NULL AS gone;

@@ -1,18 +1,19 @@
 -- release and force_release.
 
 SELECT show(hoplock_acquire('rel', 'a', '1 h'));
+SELECT generation AS rel1 FROM hoplock_read('rel') \gset
 
 -- Another owner cannot release it.
 SELECT hoplock_release('rel', 'b');
 SELECT show(hoplock_holder('rel'));
 
 -- The wrong generation neither.
-SELECT hoplock_release('rel', 'a', 2);
+SELECT hoplock_release('rel', 'a', :rel1 + 1);
 SELECT show(hoplock_holder('rel'));
 
 -- The holder can, once.
-SELECT hoplock_release('rel', 'a', 1);
-SELECT hoplock_release('rel', 'a', 1);
+SELECT hoplock_release('rel', 'a', :rel1);
+SELECT hoplock_release('rel', 'a', :rel1);
 SELECT hoplock_release('rel', 'a');
 SELECT show(hoplock_holder('rel')), show(hoplock_read('rel'));
 

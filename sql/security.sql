@@ -59,17 +59,24 @@ BEGIN;
 SELECT hoplock_fence('sec-fence', 1);    -- captured: "succeeds"
 ROLLBACK;
 BEGIN;
+-- (1 is not the current generation; the message names that, and the
+-- current one, whose value is hoplock's business: only its form is shown)
+\set VERBOSITY sqlstate
 SELECT public.hoplock_fence('sec-fence', 1);    -- qualified: 55P03
+\set VERBOSITY default
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
+SELECT :'LAST_ERROR_MESSAGE' ~ '^lease "sec-fence" is at generation [0-9]+, not 1$'
+       AS refused_by_hoplock;
 RESET search_path;
 
 -- Term locks are keyed by the SHA-256 digest of the name: the lock a fence
 -- takes shows its first 8 bytes, so no chosen name can share another's
 -- lock short of a second preimage.
 SELECT show(hoplock_acquire('billing-scheduler', 'a', '1 h'));
+SELECT generation AS bs1 FROM hoplock_read('billing-scheduler') \gset
 BEGIN;
-SELECT hoplock_fence('billing-scheduler', 1);
+SELECT hoplock_fence('billing-scheduler', :bs1);
 SELECT l.classid::bigint = ('x' || substr(d, 1, 8))::bit(32)::bigint AS high_32_bits,
        l.objid::bigint = ('x' || substr(d, 9, 8))::bit(32)::bigint AS low_32_bits,
        l.objsubid

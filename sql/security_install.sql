@@ -212,14 +212,15 @@ SELECT a.attrelid::regclass AS "table", count(*) AS columns,
        count(*) FILTER (WHERE t.typnamespace = 'pg_catalog'::regnamespace) AS of_pg_catalog_types
   FROM pg_attribute AS a JOIN pg_type AS t ON t.oid = a.atttypid
  WHERE a.attrelid IN ('hoplock_internal.lease'::regclass, 'hoplock_internal.floor'::regclass,
-                      'hoplock_internal.history'::regclass)
+                      'hoplock_internal.history'::regclass, 'hoplock_internal.branch'::regclass)
    AND a.attnum > 0
  GROUP BY 1 ORDER BY 1;
 
 CREATE FUNCTION show(l hoplock_lease) RETURNS pg_catalog.text
-LANGUAGE sql AS $$
+LANGUAGE sql SET search_path = pg_catalog, public, pg_temp AS $$
     SELECT CASE WHEN l IS NULL THEN 'NULL'
-                ELSE format('%s/%s/g%s', l.name, l.owner, l.generation)
+                ELSE format('%s/%s/%s', l.name, l.owner,
+                            gen_label(l.name, l.generation))
            END
 $$;
 
@@ -234,27 +235,36 @@ CREATE TRIGGER si_work_fenced BEFORE INSERT OR UPDATE OR DELETE ON si_work
 SET ROLE regress_hoplock_leader;
 SET search_path = pg_temp, public, pg_catalog;
 SELECT public.show(public.hoplock_acquire('si-planted', 'a', '1 h'::pg_catalog.interval));
-SELECT public.show(public.hoplock_renew('si-planted', 'a', '1 h'::pg_catalog.interval, 1::pg_catalog.int8));
+SELECT generation AS sp1 FROM public.hoplock_read('si-planted') \gset
+SELECT public.show(public.hoplock_renew('si-planted', 'a', '1 h'::pg_catalog.interval, :sp1::pg_catalog.int8));
 SELECT public.show(public.hoplock_holder('si-planted')), public.show(public.hoplock_read('si-planted'));
 BEGIN;
-SELECT public.hoplock_fence('si-planted', 1::pg_catalog.int8);
-INSERT INTO public.si_work VALUES (1, 1);
+SELECT public.hoplock_fence('si-planted', :sp1::pg_catalog.int8);
+INSERT INTO public.si_work VALUES (1, :sp1);
 COMMIT;
-INSERT INTO public.si_work VALUES (2, 2);
+-- (the messages name generations: shown as gen_text() shows them)
+\set VERBOSITY sqlstate
+INSERT INTO public.si_work VALUES (2, :sp1 + 1);
 \echo :LAST_ERROR_SQLSTATE
+SELECT public.gen_text('si-planted', :'LAST_ERROR_MESSAGE') AS error;
 BEGIN;
-SELECT public.hoplock_fence('si-planted', 2::pg_catalog.int8);
+SELECT public.hoplock_fence('si-planted', (:sp1 + 1)::pg_catalog.int8);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
+SELECT public.gen_text('si-planted', :'LAST_ERROR_MESSAGE') AS error;
+\set VERBOSITY default
 SELECT public.show(public.hoplock_wait('si-planted', 'b', '1 h'::pg_catalog.interval, '0'::pg_catalog.interval));
-SELECT name, owner, generation, expired, remaining > '0'::pg_catalog.interval AS running, role, blocked_by
+SELECT name, owner, public.gen_label(name, generation) AS generation, expired,
+       remaining > '0'::pg_catalog.interval AS running, role, blocked_by
   FROM public.hoplock_leases;
-SELECT public.hoplock_release('si-planted', 'a', 1::pg_catalog.int8);
+SELECT public.hoplock_release('si-planted', 'a', :sp1::pg_catalog.int8);
 SELECT public.show(public.hoplock_write('si-planted', NULL, 'c', '1 h'::pg_catalog.interval));
 SELECT public.hoplock_delete('si-planted', (SELECT handle FROM public.hoplock_read('si-planted')));
 SELECT public.show(public.hoplock_acquire('si-planted', 'd', '1 h'::pg_catalog.interval, session_bound => true));
-SELECT name, owner, generation, how FROM public.hoplock_history ORDER BY generation;
-SELECT event, name, owner, generation FROM public.hoplock_events(0::pg_catalog.int8) ORDER BY seq;
+SELECT name, owner, public.gen_label(name, generation) AS generation, how
+  FROM public.hoplock_history AS h ORDER BY h.generation;
+SELECT event, name, owner, public.gen_label(name, generation) AS generation
+  FROM public.hoplock_events(0::pg_catalog.int8) ORDER BY seq;
 RESET search_path;
 RESET ROLE;
 SET search_path = pg_temp, public, pg_catalog;
@@ -267,9 +277,10 @@ SELECT (SELECT count(*) FROM pg_temp.lease) + (SELECT count(*) FROM pg_temp.floo
      + (SELECT count(*) FROM public.floor) + (SELECT count(*) FROM public.history) AS planted_rows,
        (SELECT is_called FROM pg_temp.event_seq) AS temp_seq_used,
        (SELECT is_called FROM public.event_seq) AS public_seq_used;
-SELECT name, state, owner, generation FROM hoplock_internal.lease;
+SELECT name, state, owner, gen_label(name, generation) AS generation
+  FROM hoplock_internal.lease;
 SELECT count(*) AS floor_rows FROM hoplock_internal.floor;
-SELECT id, generation FROM si_work;
+SELECT id, gen_label('si-planted', generation) AS generation FROM si_work;
 
 --------------------------------------------------------------------------
 -- The same for the upgrade script: 1.0.0 installed, then updated, with
@@ -310,7 +321,7 @@ LANGUAGE sql AS $$SELECT public.planted('regress_planted.hoplock_fence(text, big
 CREATE FUNCTION pg_temp.hoplock_fence(name text, generation bigint) RETURNS void
 LANGUAGE sql AS $$SELECT public.planted('pg_temp.hoplock_fence(text, bigint)')$$;
 RESET ROLE;
-CREATE TABLE si_late (generation int);
+CREATE TABLE si_late (generation bigint);
 GRANT ALL ON si_late TO regress_hoplock_leader;
 CREATE TRIGGER si_late_fenced BEFORE INSERT ON si_late
     FOR EACH ROW EXECUTE FUNCTION public.hoplock_fenced('si-late', 'generation');
@@ -319,12 +330,16 @@ SET search_path = regress_planted, pg_temp, public, pg_catalog;
 SELECT public.hoplock_acquire('si-late', 'a', '1 h'::pg_catalog.interval) IS NOT NULL AS acquired;
 SELECT generation AS g FROM public.hoplock_read('si-late') \gset
 INSERT INTO public.si_late VALUES (:g);
+\set VERBOSITY sqlstate
 INSERT INTO public.si_late VALUES (:g + 1);
 \echo :LAST_ERROR_SQLSTATE
+SELECT public.gen_text('si-late', :'LAST_ERROR_MESSAGE') AS error;
 BEGIN;
 SELECT public.hoplock_fence('si-late', (:g + 1)::pg_catalog.int8);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
+SELECT public.gen_text('si-late', :'LAST_ERROR_MESSAGE') AS error;
+\set VERBOSITY default
 SELECT public.hoplock_release('si-late', 'a');
 RESET search_path;
 RESET ROLE;
@@ -634,8 +649,9 @@ SELECT count(*) AS installed FROM pg_extension WHERE extname = 'hoplock';
 SELECT * FROM hoplock_internal.lease WHERE name LIKE 'si-%' AND state = 'h';
 
 CREATE FUNCTION show(l hoplock_lease) RETURNS text
-LANGUAGE sql AS $$
+LANGUAGE sql SET search_path = pg_catalog, public, pg_temp AS $$
     SELECT CASE WHEN l IS NULL THEN 'NULL'
-                ELSE format('%s/%s/g%s', l.name, l.owner, l.generation)
+                ELSE format('%s/%s/%s', l.name, l.owner,
+                            gen_label(l.name, l.generation))
            END
 $$;

@@ -3,13 +3,95 @@ CREATE EXTENSION hoplock;
 
 SELECT extversion FROM pg_extension WHERE extname = 'hoplock';
 
--- A lease result in one deterministic line: name/owner/generation, or NULL.
+-- The generation g of lease n in a deterministic form.  A generation is a
+-- fencing token whose value is hoplock's own business (1, 2, 3 today; in
+-- 1.2 about 3.6e18, different on every run), so the tests show its ordinal
+-- among the terms of the name instead: g1 for its first term, g2 for the
+-- next, ...  What they check is unchanged: which term it is, that a new term
+-- is later than every earlier one (a generation lower than one before it
+-- gets a lower ordinal), that a renewal keeps it.  The ordinal is counted
+-- from hoplock_history, which has one row per term, the running one
+-- included, written in the term's own transaction (so the transaction sees
+-- it, and a rollback takes it back) and unique per (name, generation).  It
+-- is deterministic in this suite: no history row goes away -- forgetting a
+-- name keeps its history, the worker trims only beyond hoplock.history_size
+-- (10000 terms; the suite begins a few hundred), and DROP EXTENSION drops
+-- history and leases together (reinstall, where generations start again).
+-- A value one above the name's newest generation (a "future" generation a
+-- test passes on purpose) shows as gN+1; any other value that is not a
+-- generation of the name as g?, which no expected output contains.
+CREATE FUNCTION gen_label(n text, g bigint) RETURNS text
+LANGUAGE sql SET search_path = pg_catalog, public, pg_temp AS $$
+    SELECT CASE
+        WHEN g IS NULL THEN NULL
+        WHEN EXISTS (SELECT FROM hoplock_history AS h
+                      WHERE h.name = n AND h.generation = g)
+            THEN 'g' || (SELECT count(*) FROM hoplock_history AS h
+                          WHERE h.name = n AND h.generation <= g)
+        WHEN g = (SELECT max(h.generation) + 1 FROM hoplock_history AS h
+                   WHERE h.name = n)
+            THEN 'g' || (SELECT count(*) FROM hoplock_history AS h
+                          WHERE h.name = n) || '+1'
+        ELSE 'g?'
+    END
+$$;
+
+-- (These helpers resolve names as pg_catalog, public, pg_temp:
+-- security_install calls them with objects planted in public and pg_temp.)
+
+-- A lease result in one deterministic line: name/owner/g<ordinal>, or NULL.
 CREATE FUNCTION show(l hoplock_lease) RETURNS text
-LANGUAGE sql AS $$
+LANGUAGE sql SET search_path = pg_catalog, public, pg_temp AS $$
     SELECT CASE WHEN l IS NULL THEN 'NULL'
-                ELSE format('%s/%s/g%s', l.name, l.owner, l.generation)
+                ELSE format('%s/%s/%s', l.name, l.owner,
+                            gen_label(l.name, l.generation))
            END
 $$;
+
+-- A message with every number in it that is a generation of lease n (or
+-- one above its newest) replaced by its label; quoted names are left alone.
+CREATE FUNCTION gen_text(n text, msg text) RETURNS text
+LANGUAGE sql SET search_path = pg_catalog, public, pg_temp AS $$
+    SELECT coalesce(string_agg(CASE WHEN m[1] !~ '^[1-9][0-9]{0,18}$' THEN m[1]
+                           WHEN m[1]::numeric > 9223372036854775807 THEN m[1]
+                           WHEN gen_label(n, m[1]::bigint) = 'g?' THEN m[1]
+                           ELSE gen_label(n, m[1]::bigint) END, '' ORDER BY i),
+                    msg)
+      FROM regexp_matches(msg, '("[^"]*"|[0-9]+|[^"0-9]+|")', 'g')
+           WITH ORDINALITY AS r(m, i)
+$$;
+
+-- Run a statement that must fail, and raise its error again with the
+-- generations of lease n in its message and detail shown by gen_text (the
+-- same SQLSTATE: the transaction aborts as it would have).  The statement
+-- is a format() string, args its arguments: the real generations, read
+-- with \gset.  A statement that does not fail returns 'no error'.
+CREATE FUNCTION raises(n text, stmt text, VARIADIC args bigint[] DEFAULT '{}')
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    code text;
+    msg text;
+    detail text;
+    hint text;
+BEGIN
+    EXECUTE format(stmt, VARIADIC args::text[]);
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
+                            detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    msg := gen_text(n, msg);
+    detail := gen_text(n, detail);
+    IF detail = '' AND hint = '' THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg;
+    ELSIF hint = '' THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, DETAIL = detail;
+    ELSIF detail = '' THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, HINT = hint;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, DETAIL = detail,
+                          HINT = hint;
+END $$;
 
 -- Wait until the expiry worker has announced the lapse of a lease's current
 -- term (at most 30 s): a takeover then never meets the worker's transaction,

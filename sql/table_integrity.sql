@@ -80,7 +80,8 @@ SELECT show(hoplock_acquire('ti-trigger', 'a', '1 h'));
 SELECT show(hoplock_renew('ti-trigger', 'a', '1 h'));
 SELECT hoplock_release('ti-trigger', 'a');
 RESET ROLE;
-SELECT name, generation, by_role = current_user AS as_owner, path FROM lease_log;
+SELECT name, gen_label(name, generation) AS generation,
+       by_role = current_user AS as_owner, path FROM lease_log;
 DROP TRIGGER lease_logger ON hoplock_internal.lease;
 DROP ROLE regress_hoplock_logged;
 

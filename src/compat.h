@@ -24,8 +24,10 @@
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
 #include "storage/bufmgr.h"
+#include "storage/latch.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
+#include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/relcache.h"
 #include "utils/timestamp.h"
@@ -88,17 +90,12 @@ typedef enum HlIndexUpdate
 } HlIndexUpdate;
 
 /*
- * heap_update without waiting.  Says which indexes need entries for the new
- * version.  Since PostgreSQL 16 heap_update says so itself (and HOT updates
- * can still need entries in summarizing indexes); before, the new tuple is
- * marked heap-only.
- *
- * heap_update cannot be asked not to wait: with wait = false it asserts that
- * no other transaction is changing or locking the row (no caller of
- * PostgreSQL's does that).  So the row is locked first, without waiting, as
- * SELECT ... FOR UPDATE SKIP LOCKED locks it; with that lock held heap_update
- * finds only this transaction's own lock and has nothing to wait for.  A row
- * another transaction holds is reported as TM_BeingModified.
+ * heap_update of a row the caller has locked (rowwrite.c's lock_row), so
+ * that it finds only this transaction's own lock and has nothing to wait
+ * for.  Says which indexes need entries for the new version.  Since
+ * PostgreSQL 16 heap_update says so itself (and HOT updates can still need
+ * entries in summarizing indexes); before, the new tuple is marked
+ * heap-only.
  */
 static inline TM_Result
 hl_heap_update(Relation rel, ItemPointer otid, HeapTuple newtup,
@@ -106,22 +103,9 @@ hl_heap_update(Relation rel, ItemPointer otid, HeapTuple newtup,
 {
 	LockTupleMode lockmode;
 	TM_Result	result;
-	HeapTupleData oldtup;
-	Buffer		buffer;
 #if PG_VERSION_NUM >= 160000
 	TU_UpdateIndexes update_indexes = TU_None;
 #endif
-
-	*indexes = HL_INDEX_NONE;
-	oldtup.t_self = *otid;
-	result = heap_lock_tuple(rel, &oldtup, cid, LockTupleExclusive,
-							 LockWaitSkip, false, &buffer, tmfd);
-	if (BufferIsValid(buffer))
-		ReleaseBuffer(buffer);
-	if (result == TM_WouldBlock)
-		return TM_BeingModified;
-	if (result != TM_Ok)
-		return result;
 
 #if PG_VERSION_NUM >= 160000
 	result = heap_update(rel, otid, newtup, cid, InvalidSnapshot, true,
@@ -357,6 +341,45 @@ hl_interval_is_finite(const Interval *interval)
 	return !INTERVAL_NOT_FINITE(interval);
 #else
 	return true;
+#endif
+}
+
+/*
+ * Has the client of this backend gone (its connection closed)?  Never for
+ * a process without one (a background worker, single-user mode).
+ *
+ * PostgreSQL 14 added pq_check_connection(), which ProcessInterrupts uses
+ * for client_connection_check_interval: a poll for POLLRDHUP, which sees
+ * the close even behind unread data.  Since 15 it also resets the
+ * process latch (a caller that sleeps on a condition variable sets it
+ * again), and means something only where WaitEventSetCanReportClosed()
+ * says so (Linux; not Windows, say).  On 13 there is no such check: a
+ * client that went is noticed when the statement ends, as before.
+ *
+ * The prototype is libpq/libpq.h's, which cannot be included here: it
+ * needs libpq-be.h, and that the GSSAPI headers of a server built with
+ * them.
+ */
+#if PG_VERSION_NUM >= 140000
+extern bool pq_check_connection(void);
+#endif
+#if PG_VERSION_NUM >= 180000
+#include "storage/waiteventset.h"	/* WaitEventSetCanReportClosed */
+#endif
+
+static inline bool
+hl_client_gone(void)
+{
+#if PG_VERSION_NUM >= 140000
+	if (MyProcPort == NULL || whereToSendOutput != DestRemote)
+		return false;
+#if PG_VERSION_NUM >= 150000
+	if (!WaitEventSetCanReportClosed())
+		return false;
+#endif
+	return !pq_check_connection();
+#else
+	return false;
 #endif
 }
 

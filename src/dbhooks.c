@@ -32,10 +32,12 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "branch.h"
 #include "shmem.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_database.h"
@@ -255,6 +257,35 @@ changes_state_behind_hoplock(Node *stmt)
 }
 
 /*
+ * Does the statement write rows of one of hoplock's tables (a restore's
+ * COPY, a TRUNCATE)?  Then the data may be a copy of the past (branch.c).
+ */
+static bool
+writes_hoplock_table(Node *stmt)
+{
+	if (IsA(stmt, CopyStmt))
+	{
+		CopyStmt   *copy = (CopyStmt *) stmt;
+
+		return copy->is_from && copy->relation != NULL &&
+			hl_branch_is_hoplock_table(RangeVarGetRelid(copy->relation,
+														NoLock, true));
+	}
+	if (IsA(stmt, TruncateStmt))
+	{
+		ListCell   *lc;
+
+		foreach(lc, ((TruncateStmt *) stmt)->relations)
+		{
+			if (hl_branch_is_hoplock_table(RangeVarGetRelid(lfirst_node(RangeVar, lc),
+															NoLock, true)))
+				return true;
+		}
+	}
+	return false;
+}
+
+/*
  * Stop the worker of a database that a statement needs alone, before the
  * statement checks for other sessions; afterwards, whether it worked or
  * not, have the launcher look at that database again (and at the one
@@ -293,6 +324,8 @@ utility(HL_UTILITY_ARGS)
 											true);
 	if (hl_shared != NULL && changes_state_behind_hoplock(stmt))
 		read_again_at_commit = true;
+	if (writes_hoplock_table(stmt))
+		hl_branch_note_sql_write();
 	/*
 	 * IS_TEMPLATE, ALLOW_CONNECTIONS: the launcher reads pg_database again
 	 * once this commits.  Only that: a wake-up that asked it to look into

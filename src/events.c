@@ -1,28 +1,45 @@
 /*-------------------------------------------------------------------------
  *
  * events.c
- *		Lease events: a NOTIFY on hoplock.channel with a JSON payload, and,
- *		with hoplock.log_events, a server log line.
+ *		Lease events: queued by the change, numbered and recorded in the
+ *		event log at the pre-commit of its transaction (eventlog.c), sent as
+ *		a NOTIFY on hoplock.channel by the worker once that transaction has
+ *		committed (delivery.c), and, with hoplock.log_events, written as a
+ *		server log line at the commit.  A subtransaction that aborts takes
+ *		its events with it.
  *
- *		Both take effect only if the transaction commits: NOTIFY is
- *		transactional by itself, and the log lines wait in a list of this
- *		file's own until the commit (as async.c keeps its notifications),
- *		dropped with a subtransaction that aborts.
+ *		No term change sends a NOTIFY itself: NOTIFY takes one lock for the
+ *		whole cluster from pre-commit to the end of the commit, which would
+ *		make every term change -- and every other NOTIFY in the cluster --
+ *		wait for the one before.  (Without shared memory, hoplock not
+ *		preloaded, there is no worker: the transaction sends its own, as
+ *		1.1 did.)  The log lines wait in a list of this file's own until
+ *		the commit, dropped with a subtransaction that aborts; at most
+ *		MAX_LOGGED_EVENTS per transaction, the rest counted.
  *
- *		Names and owners are written as JSON strings in both, so that no
- *		name or owner, whatever it holds, can pass for more of the payload
- *		or of the log line than itself.
+ *		Names and owners are written as JSON strings in payloads and log
+ *		lines, so that no name or owner, whatever it holds, can pass for
+ *		more of the payload or of the log line than itself.
  *
- *		Every event has a number ("seq"), from the database's sequence
- *		hoplock_internal.event_seq: increasing, and in commit order for the
- *		events of one lease (its term lock serializes them).  Transactions
- *		of different leases may commit out of their numbers' order, so a
- *		transaction publishes the first number it took, in shared memory,
- *		until it ends: hl_event_horizon() tells a reader of the history up to
- *		which number nothing can still appear (see hoplock_events).
- *		Taking a number and publishing it happen under one LWLock, the
- *		sequence being locked beforehand, so that no number is taken
- *		without being seen.
+ *		Every event has a number ("seq"), from the database's counter in
+ *		shared memory: a hybrid clock with the branch's tag, like
+ *		generations (branch.c, docs/forks-and-events.md), so that no copy of
+ *		the data -- a promoted standby, a restore -- numbers an event as one
+ *		a client saw before.  Numbers increase, and are in commit order for
+ *		the events of one lease (its term lock serializes them).  They are
+ *		taken at the pre-commit, so a number is in flight only while its
+ *		commit is (a transaction that changed a term and stays open holds
+ *		back no one).  Transactions of different leases may still finish
+ *		their commits out of their numbers' order, so a transaction
+ *		publishes the first number it took, in shared memory, until it
+ *		ends: hl_event_horizon() tells a reader of
+ *		the log up to which number nothing can still appear (stream.c,
+ *		delivery.c).  Taking a number and publishing it happen under the
+ *		database's own LWLock, so that no number is taken without being
+ *		seen, and no database waits for another's.  When a transaction that
+ *		took numbers ends, it wakes the worker and the readers in
+ *		hoplock_watch (hl_wake_event_readers).  Without shared memory the
+ *		sequence hoplock_internal.event_seq numbers them, as 1.1 did.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,12 +47,15 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "branch.h"
+#include "eventlog.h"
 #include "shmem.h"
 
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "commands/extension.h"
 #include "commands/sequence.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -50,16 +70,30 @@
 /* Fraction of the NOTIFY queue above which events are not sent */
 #define NOTIFY_QUEUE_LIMIT	0.5
 
-/* A log line waiting for its transaction to commit */
+/*
+ * At most this many log lines per transaction: past it, the events are
+ * counted, and one line at the commit says how many were left out (they
+ * stay readable with hoplock_events).  Any session may set
+ * hoplock.notify_renewals, so the number of events in one transaction is
+ * the caller's to choose; the server log's volume is not.
+ */
+#define MAX_LOGGED_EVENTS	10000
+
+/*
+ * A log line waiting for its transaction to commit, or (line NULL) a count
+ * of events of one subtransaction left out past MAX_LOGGED_EVENTS
+ */
 typedef struct PendingLine
 {
 	struct PendingLine *next;
 	int			nest_level;		/* subtransaction that queued it */
 	char	   *line;
+	int64		left_out;
 } PendingLine;
 
 /* Newest first, in TopTransactionContext */
 static PendingLine *pending_lines = NULL;
+static int	pending_count = 0;	/* lines in pending_lines */
 
 /*
  * This transaction published the first event number it took, in the
@@ -67,7 +101,9 @@ static PendingLine *pending_lines = NULL;
  * subtransaction takes the number back with it).
  */
 static bool seq_published = false;
+static bool events_recorded = false;	/* this transaction took numbers */
 static int	seq_published_level = 0;
+static HlEventDb *seq_published_entry = NULL;	/* under whose lock */
 
 /* An instant as JSON writes it, always in UTC */
 static void
@@ -82,28 +118,33 @@ append_timestamp(StringInfo buf, TimestampTz ts)
 
 /*
  * The payload:
- * {"seq": N, "event": "...", "name": "...", "owner": "...", "generation": N,
+ * {"seq": N, "seq_text": "N", "event": "...", "name": "...", "owner": "...",
+ *  "generation": N, "generation_text": "N",
  *  "expires_at": "2026-01-01T00:00:00.000000+00:00"}
  *
- * expires_at is always in UTC, whatever the session's TimeZone, so that
- * every listener gets the same text for the same event.
+ * The numbers are above 2^53, where JavaScript's JSON.parse (and older jq)
+ * lose digits: each comes as a string too.  expires_at is always in UTC,
+ * whatever the session's TimeZone, so that every listener gets the same
+ * text for the same event.
  */
-static char *
-build_payload(const char *event, const char *name, const char *owner,
-			  const Lease *lease, int64 seq)
+char *
+hl_event_payload(const char *event, const char *name, const char *owner,
+				 int64 generation, TimestampTz expires_at, int64 seq)
 {
 	StringInfoData buf;
 
 	initStringInfo(&buf);
-	appendStringInfo(&buf, "{\"seq\": " INT64_FORMAT ", \"event\": ", seq);
+	appendStringInfo(&buf, "{\"seq\": " INT64_FORMAT ", \"seq_text\": \"" INT64_FORMAT "\", \"event\": ",
+					 seq, seq);
 	escape_json(&buf, event);
 	appendStringInfoString(&buf, ", \"name\": ");
 	escape_json(&buf, name);
 	appendStringInfoString(&buf, ", \"owner\": ");
 	escape_json(&buf, owner);
-	appendStringInfo(&buf, ", \"generation\": " INT64_FORMAT, lease->generation);
+	appendStringInfo(&buf, ", \"generation\": " INT64_FORMAT ", \"generation_text\": \"" INT64_FORMAT "\"",
+					 generation, generation);
 	appendStringInfoString(&buf, ", \"expires_at\": ");
-	append_timestamp(&buf, lease->expires_at);
+	append_timestamp(&buf, expires_at);
 	appendStringInfoChar(&buf, '}');
 	return buf.data;
 }
@@ -116,10 +157,28 @@ static void
 queue_log_line(const char *event, const char *name, const char *owner,
 			   const Lease *lease)
 {
-	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	int			level = GetCurrentTransactionNestLevel();
+	MemoryContext old;
 	StringInfoData buf;
-	PendingLine *item = palloc(sizeof(PendingLine));
+	PendingLine *item;
 
+	if (pending_count >= MAX_LOGGED_EVENTS)
+	{
+		if (pending_lines == NULL || pending_lines->line != NULL ||
+			pending_lines->nest_level != level)
+		{
+			item = MemoryContextAllocZero(TopTransactionContext,
+										  sizeof(PendingLine));
+			item->nest_level = level;
+			item->next = pending_lines;
+			pending_lines = item;
+		}
+		pending_lines->left_out++;
+		return;
+	}
+
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	item = palloc0(sizeof(PendingLine));
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "hoplock: lease ");
 	escape_json(&buf, name);
@@ -130,43 +189,194 @@ queue_log_line(const char *event, const char *name, const char *owner,
 					 timestamptz_to_str(lease->expires_at));
 
 	item->line = buf.data;
-	item->nest_level = GetCurrentTransactionNestLevel();
+	item->nest_level = level;
 	item->next = pending_lines;
 	pending_lines = item;
+	pending_count++;
 	MemoryContextSwitchTo(old);
 }
 
 /*
- * The next event number.  Its transaction publishes the first one it takes
- * until it ends.
+ * Entry 0 of hl_shared->evdbs is the overflow: the databases that find no
+ * entry of their own (more of them numbering events at once, with
+ * transactions in flight, than there are entries) share it, so that no
+ * database is ever refused a number.  It also keeps the greatest number
+ * of every entry given to another database, so that a database's numbers
+ * go on growing whichever entry it takes them from.
+ */
+#define OVERFLOW_EVDB	0
+
+/*
+ * This database's entry of event numbers in shared memory, claimed for it
+ * if "claim" (the overflow entry if none can be had); NULL if it has none
+ * and "claim" is false.  The caller checks, under the entry's lock, that
+ * it is still this database's (or the overflow): an entry that has
+ * nothing in flight can be given to another database meanwhile.
+ */
+static HlEventDb *
+event_db(bool claim)
+{
+	static int	cached = -1;
+	HlEventDb  *found = NULL;
+	HlEventDb  *spare = NULL;
+	int			spare_index = -1;
+
+	if (cached > OVERFLOW_EVDB && hl_shared->evdbs[cached].dboid == MyDatabaseId)
+		return &hl_shared->evdbs[cached];
+
+	LWLockAcquire(hl_shared->seq_lock, LW_EXCLUSIVE);
+	for (int i = OVERFLOW_EVDB + 1; i < hl_shared->nevdbs && found == NULL; i++)
+	{
+		if (hl_shared->evdbs[i].dboid == MyDatabaseId)
+		{
+			found = &hl_shared->evdbs[i];
+			cached = i;
+		}
+	}
+	for (int i = OVERFLOW_EVDB + 1; claim && found == NULL && i < hl_shared->nevdbs; i++)
+	{
+		HlEventDb  *e = &hl_shared->evdbs[i];
+		bool		busy = false;
+
+		if (e->dboid == InvalidOid)
+		{
+			spare = e;
+			spare_index = i;
+			break;
+		}
+		/* the least recently used of those with nothing in flight */
+		LWLockAcquire(e->lock, LW_SHARED);
+		for (int p = 0; p < hl_shared->nprocs && !busy; p++)
+			busy = hl_shared->seqs[p].first_seq != 0 &&
+				hl_shared->seqs[p].dboid == e->dboid;
+		LWLockRelease(e->lock);
+		if (!busy && (spare == NULL || e->last_used < spare->last_used))
+		{
+			spare = e;
+			spare_index = i;
+		}
+	}
+	if (found == NULL && spare != NULL)
+	{
+		HlEventDb  *overflow = &hl_shared->evdbs[OVERFLOW_EVDB];
+		int64		floor;
+
+		/*
+		 * The overflow keeps the last number of the database that had the
+		 * entry; a number taken here from now on is above it, and above
+		 * every one this database took before, in this server run or an
+		 * earlier one: those were taken earlier, less than HL_BRANCH_MARGIN
+		 * ahead of the clock.
+		 */
+		LWLockAcquire(spare->lock, LW_EXCLUSIVE);
+
+		/*
+		 * Look again, now that no number can be taken from it: a backend
+		 * of its database may have taken one since it was looked at.
+		 */
+		if (spare->dboid != InvalidOid)
+		{
+			for (int p = 0; p < hl_shared->nprocs; p++)
+			{
+				if (hl_shared->seqs[p].first_seq != 0 &&
+					hl_shared->seqs[p].dboid == spare->dboid)
+				{
+					LWLockRelease(spare->lock);
+					LWLockRelease(hl_shared->seq_lock);
+					return claim ? &hl_shared->evdbs[OVERFLOW_EVDB] : NULL;
+				}
+			}
+		}
+		LWLockAcquire(overflow->lock, LW_EXCLUSIVE);
+		overflow->last_c = Max(overflow->last_c, spare->last_c);
+		floor = overflow->last_c;
+		LWLockRelease(overflow->lock);
+		spare->dboid = MyDatabaseId;
+		spare->last_c = Max(GetCurrentTimestamp() + HL_BRANCH_MARGIN, floor);
+		spare->last_used = GetCurrentTimestamp();
+		LWLockRelease(spare->lock);
+		found = spare;
+		cached = spare_index;
+	}
+	LWLockRelease(hl_shared->seq_lock);
+	if (found == NULL && claim)
+		found = &hl_shared->evdbs[OVERFLOW_EVDB];
+	return found;
+}
+
+/*
+ * The next event number: c << HL_TAG_BITS | tag, c the greatest of the
+ * database's last plus one, the clock and the branch floor (branch.c).
+ * Its transaction publishes the first one it takes until it ends.
+ * Without shared memory, the sequence numbers them, as 1.1 did.
  */
 static int64
 next_seq(void)
 {
-	Oid			seqid = hl_sequence_oid("event_seq");
+	TimestampTz now = GetCurrentTimestamp();
+	int32		tag;
+	int64		floor;
+	int64		c;
+	bool		busy;
+	HlEventDb  *entry;
 	int64		seq;
 
-	/* locked now, so that nextval does not wait under the LWLock */
-	if (!hl_lock_relation_briefly(seqid, RowExclusiveLock))
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not lock sequence \"hoplock_internal.event_seq\""),
-				 errhint("The call changed nothing; try it again.")));
 	if (hl_shared == NULL)
-		return nextval_internal(seqid, false);
+	{
+		Oid			seqid = hl_sequence_oid("event_seq");
 
-	LWLockAcquire(hl_shared->seq_lock, LW_EXCLUSIVE);
-	seq = nextval_internal(seqid, false);
+		if (!hl_lock_relation_briefly(seqid, RowExclusiveLock))
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("could not lock sequence \"hoplock_internal.event_seq\""),
+					 errhint("The call changed nothing; try it again.")));
+		return nextval_internal(seqid, false);
+	}
+
+	if (!hl_branch_tag(now, &tag, &floor, &busy))
+		hl_table_busy_error(HL_REL_BRANCH);
+	for (;;)
+	{
+		entry = event_db(true);
+		LWLockAcquire(entry->lock, LW_EXCLUSIVE);
+		if (entry->dboid == MyDatabaseId ||
+			entry == &hl_shared->evdbs[OVERFLOW_EVDB])
+			break;
+		LWLockRelease(entry->lock);
+	}
+	/*
+	 * From the overflow, a margin above the clock, as from an entry just
+	 * claimed: a database without an entry of its own reads its horizon
+	 * as the overflow's last or the clock and the margin (see
+	 * hl_event_horizon).
+	 */
+	if (entry == &hl_shared->evdbs[OVERFLOW_EVDB])
+		c = Max(entry->last_c + 1, now + HL_BRANCH_MARGIN);
+	else
+		c = Max(entry->last_c + 1, now);
+	c = Max(c, floor);
+	if (c > HL_MAX_C)
+	{
+		LWLockRelease(entry->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("hoplock's values are exhausted"),
+				 errdetail("Event numbers are numbered by the microsecond up to the year 2142.")));
+	}
+	entry->last_c = c;
+	entry->last_used = now;
+	seq = (c << HL_TAG_BITS) | tag;
 	if (!seq_published)
 	{
-		HlSeqEntry *entry = &hl_shared->seqs[hl_proc_index()];
+		HlSeqEntry *mine = &hl_shared->seqs[hl_proc_index()];
 
-		entry->dboid = MyDatabaseId;
-		entry->first_seq = seq;
+		mine->dboid = MyDatabaseId;
+		mine->first_seq = seq;
 		seq_published = true;
 		seq_published_level = GetCurrentTransactionNestLevel();
+		seq_published_entry = entry;
 	}
-	LWLockRelease(hl_shared->seq_lock);
+	LWLockRelease(entry->lock);
 	return seq;
 }
 
@@ -178,48 +388,94 @@ next_seq(void)
 int64
 hl_event_horizon(void)
 {
-	int64		horizon = PG_INT64_MAX;
+	int64		horizon;
 	int			me;
-	Oid			seqid;
-	Datum		last;
-	Oid			save_userid;
-	int			save_sec_context;
-	FunctionCallInfo fcinfo;
+	HlEventDb  *entry;
 
 	if (hl_shared == NULL)
-		return horizon;
+		return PG_INT64_MAX;
 
 	/*
-	 * First the last number handed out: a number taken after this is above
-	 * it.  A number taken before it was published together with its taking
-	 * (under seq_lock), so the scan below sees its transaction if that is
-	 * still running.  (The sequence is the extension's, read as its owner
-	 * would: callers have no rights on it.)
+	 * No entry of its own: this database took no number in this server run
+	 * but, perhaps, from the overflow; the overflow's last number bounds
+	 * those, and any it takes from now on is above it.
 	 */
-	seqid = hl_sequence_oid("event_seq");
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	fcinfo = palloc0(SizeForFunctionCallInfo(1));
-	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
-	fcinfo->args[0].value = ObjectIdGetDatum(seqid);
-	fcinfo->args[0].isnull = false;
-	last = pg_sequence_last_value(fcinfo);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-	horizon = fcinfo->isnull ? 0 : DatumGetInt64(last);
-	pfree(fcinfo);
+	for (;;)
+	{
+		entry = event_db(false);
+		if (entry == NULL)
+			entry = &hl_shared->evdbs[OVERFLOW_EVDB];	/* numbers taken there? */
+		LWLockAcquire(entry->lock, LW_SHARED);
+		if (entry->dboid == MyDatabaseId ||
+			entry == &hl_shared->evdbs[OVERFLOW_EVDB])
+			break;
+		/* given to another database meanwhile: look again */
+		LWLockRelease(entry->lock);
+	}
 
+	/*
+	 * The last number handed out, whatever its tag: a number taken after
+	 * this is above it.  One taken before was published together with its
+	 * taking, so the scan below sees its transaction if that still runs.
+	 */
+	if (entry == &hl_shared->evdbs[OVERFLOW_EVDB])
+	{
+		/*
+		 * No entry of its own: a number this database takes from now on,
+		 * from the overflow or an entry it claims, is a margin above the
+		 * clock, and above the overflow's last.  (Not the overflow's last
+		 * alone: that may be below the numbers a restore brought in.)
+		 */
+		horizon = (Max(entry->last_c, GetCurrentTimestamp() + HL_BRANCH_MARGIN - 1)
+				   << HL_TAG_BITS) | HL_TAG_MASK;
+	}
+	else
+		horizon = (entry->last_c << HL_TAG_BITS) | HL_TAG_MASK;
 	me = hl_proc_index();
-	LWLockAcquire(hl_shared->seq_lock, LW_SHARED);
 	for (int i = 0; i < hl_shared->nprocs; i++)
 	{
-		HlSeqEntry *entry = &hl_shared->seqs[i];
+		HlSeqEntry *other = &hl_shared->seqs[i];
 
-		if (i != me && entry->first_seq != 0 && entry->dboid == MyDatabaseId)
-			horizon = Min(horizon, entry->first_seq - 1);
+		if (i != me && other->first_seq != 0 && other->dboid == MyDatabaseId)
+			horizon = Min(horizon, other->first_seq - 1);
 	}
-	LWLockRelease(hl_shared->seq_lock);
+	LWLockRelease(entry->lock);
 	return horizon;
+}
+
+/*
+ * The greatest event number this database may have handed out: above it,
+ * a number is of no event (PG_INT64_MAX without shared memory).
+ */
+int64
+hl_event_newest(void)
+{
+	HlEventDb  *entry;
+	int64		newest;
+
+	if (hl_shared == NULL)
+		return PG_INT64_MAX;
+	for (;;)
+	{
+		entry = event_db(false);
+		if (entry == NULL)
+			entry = &hl_shared->evdbs[OVERFLOW_EVDB];
+		LWLockAcquire(entry->lock, LW_SHARED);
+		if (entry->dboid == MyDatabaseId ||
+			entry == &hl_shared->evdbs[OVERFLOW_EVDB])
+			break;
+		LWLockRelease(entry->lock);
+	}
+	newest = entry->last_c;
+	LWLockRelease(entry->lock);
+
+	/*
+	 * A database without an entry yet (none of its numbers taken in this
+	 * server run): every number taken before is below the clock and the
+	 * margin, and every one taken from now on above them.
+	 */
+	newest = Max(newest, GetCurrentTimestamp() + HL_BRANCH_MARGIN);
+	return (newest << HL_TAG_BITS) | HL_TAG_MASK;
 }
 
 static void
@@ -227,52 +483,208 @@ unpublish_seq(void)
 {
 	if (!seq_published)
 		return;
-	LWLockAcquire(hl_shared->seq_lock, LW_EXCLUSIVE);
+	LWLockAcquire(seq_published_entry->lock, LW_EXCLUSIVE);
 	hl_shared->seqs[hl_proc_index()].first_seq = 0;
-	LWLockRelease(hl_shared->seq_lock);
+	LWLockRelease(seq_published_entry->lock);
 	seq_published = false;
+	seq_published_entry = NULL;
 }
 
 /*
- * Queue one event for the lease as it stands after the change; returns its
- * number.
+ * When the event happened, as hoplock_events reports it: a term's
+ * beginning, its renewal, or its end (a lease that ends carries the
+ * instant it ended in expires_at).
  */
-int64
-hl_event(const char *event, const Lease *lease)
+static TimestampTz
+event_time(const char *event, const Lease *lease)
 {
-	char	   *name = text_to_cstring(lease->name);
-	char	   *owner = text_to_cstring(lease->owner);
-	int64		seq = next_seq();
+	if (strcmp(event, "acquired") == 0)
+		return lease->acquired_at;
+	if (strcmp(event, "renewed") == 0)
+		return lease->renewed_at;
+	return lease->expires_at;
+}
 
-	/*
-	 * A NOTIFY queue that is nearly full (a listener that stopped reading,
-	 * any role's flood) would make this transaction fail at commit, and
-	 * with it every change of every lease: the event is dropped instead,
-	 * and stays readable from the history (hoplock_events).
-	 */
+/* The events of a transaction, newest first, in TopTransactionContext */
+typedef struct PendingEvent
+{
+	struct PendingEvent *next;
+	int			nest_level;		/* subtransaction that queued it */
+	const char *event;
+	Lease		lease;
+} PendingEvent;
+
+static PendingEvent *pending_events = NULL;
+
+/*
+ * Send one event at this commit (no worker).  A NOTIFY queue that is
+ * nearly full (a listener that stopped reading, any role's flood) would
+ * make the transaction fail at commit, and with it every change of every
+ * lease: the NOTIFY is dropped instead, and the event stays readable from
+ * the log.
+ */
+static void
+notify_now(const PendingEvent *item, int64 seq)
+{
+	char	   *name = text_to_cstring(item->lease.name);
+	char	   *owner = text_to_cstring(item->lease.owner);
+
 	if (DatumGetFloat8(DirectFunctionCall1(pg_notification_queue_usage,
 										   (Datum) 0)) < NOTIFY_QUEUE_LIMIT)
-		Async_Notify(hl_channel, build_payload(event, name, owner, lease, seq));
+		Async_Notify(hl_channel,
+					 hl_event_payload(item->event, name, owner,
+									  item->lease.generation,
+									  item->lease.expires_at, seq));
 	else
 		ereport(WARNING,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("hoplock did not send the \"%s\" event of lease \"%s\": the NOTIFY queue is nearly full",
-						event, name),
+						item->event, name),
 				 errdetail("Event number " INT64_FORMAT " can be read with hoplock_events().", seq),
 				 errhint("A session that listens but does not read, or sits in a long transaction, holds the queue: see pg_notification_queue_usage().")));
-	if (hl_log_events)
-		queue_log_line(event, name, owner, lease);
-	return seq;
 }
 
-/* Write the lines, oldest first; nothing here allocates. */
-static void
-write_lines(PendingLine *item)
+/*
+ * Queue one event for the lease as it stands after the change.  It is
+ * numbered and written to the event log when its transaction commits
+ * (flush_events), so that a number is in flight only while its commit
+ * is: a transaction that changed a term and stays open holds back no
+ * one's events.  The worker sends it as a NOTIFY once that commit is
+ * done (delivery.c).  The log is locked here, so that maintenance
+ * holding it is reported by the call, not at its commit.
+ */
+void
+hl_event(const char *event, const Lease *lease)
 {
-	if (item == NULL)
+	MemoryContext old;
+	PendingEvent *item;
+	HlRelation	rel;
+
+	if (pending_events == NULL)
+	{
+		if (!hl_open(HL_REL_EVENT, RowExclusiveLock, false, &rel))
+			hl_table_busy_error(HL_REL_EVENT);
+		hl_close(&rel, true);
+	}
+
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	item = palloc0(sizeof(PendingEvent));
+	item->event = pstrdup(event);
+	item->lease = *lease;
+	item->lease.name = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(lease->name));
+	item->lease.owner = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(lease->owner));
+	item->nest_level = GetCurrentTransactionNestLevel();
+	item->next = pending_events;
+	pending_events = item;
+	MemoryContextSwitchTo(old);
+
+	if (hl_log_events)
+		queue_log_line(event, text_to_cstring(lease->name),
+					   text_to_cstring(lease->owner), lease);
+}
+
+/*
+ * Number and record the transaction's events, oldest first, at its
+ * pre-commit.  Without shared memory (hoplock not preloaded, so no
+ * worker) the transaction also sends them itself, as 1.1 did.
+ */
+static void
+flush_events(void)
+{
+	PendingEvent *oldest = NULL;
+	HlNewEvent *events;
+	int			n = 0;
+
+	if (pending_events == NULL)
 		return;
-	write_lines(item->next);
-	ereport(LOG, (errmsg_internal("%s", item->line)));
+
+	/* dropped in this very transaction: its log went with it */
+	if (!OidIsValid(get_extension_oid("hoplock", true)))
+	{
+		pending_events = NULL;
+		return;
+	}
+
+	while (pending_events != NULL)
+	{
+		PendingEvent *item = pending_events;
+
+		pending_events = item->next;
+		item->next = oldest;
+		oldest = item;
+	}
+	for (PendingEvent *item = oldest; item != NULL; item = item->next)
+		n++;
+	events = palloc(n * sizeof(HlNewEvent));
+	n = 0;
+	for (PendingEvent *item = oldest; item != NULL; item = item->next)
+	{
+		HlNewEvent *e = &events[n++];
+
+		e->seq = next_seq();
+		e->event = item->event;
+		e->lease = &item->lease;
+		e->at = event_time(item->event, &item->lease);
+		events_recorded = true;
+		if (hl_shared == NULL)
+			notify_now(item, e->seq);
+	}
+	hl_eventlog_record(events, n);
+	pfree(events);
+}
+
+/*
+ * This transaction took event numbers and has ended: its events are
+ * visible (or gone), and the horizon may have moved past them.  Wake the
+ * worker, which sends them, and hoplock_watch's sleepers.
+ */
+static void
+events_ended(void)
+{
+	if (!events_recorded)
+		return;
+	events_recorded = false;
+	hl_wake_event_readers(MyDatabaseId);
+}
+
+/*
+ * Write the committed transaction's lines, oldest first (the list, newest
+ * first, is turned around in place), then how many were left out.
+ */
+static void
+write_lines(void)
+{
+	PendingLine *oldest = NULL;
+	int64		left_out = 0;
+
+	while (pending_lines != NULL)
+	{
+		PendingLine *item = pending_lines;
+
+		pending_lines = item->next;
+		item->next = oldest;
+		oldest = item;
+	}
+	for (PendingLine *item = oldest; item != NULL; item = item->next)
+	{
+		if (item->line != NULL)
+			ereport(LOG, (errmsg_internal("%s", item->line)));
+		left_out += item->left_out;
+	}
+	if (left_out > 0)
+		ereport(LOG,
+				(errmsg("hoplock: " INT64_FORMAT " more events of this transaction were not logged",
+						left_out),
+				 errdetail("hoplock.log_events logs at most %d events of one transaction; hoplock_events() returns them all.",
+						   MAX_LOGGED_EVENTS)));
+	pending_count = 0;
+}
+
+static void
+forget_lines(void)
+{
+	pending_lines = NULL;
+	pending_count = 0;
 }
 
 static void
@@ -280,18 +692,23 @@ xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+			flush_events();
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			/* visible to every snapshot from now on */
 			unpublish_seq();
-			write_lines(pending_lines);
-			pending_lines = NULL;
+			events_ended();
+			write_lines();
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			unpublish_seq();
-			pending_lines = NULL;
+			events_ended();
+			forget_lines();
+			pending_events = NULL;
 			break;
 		default:
 			break;
@@ -306,14 +723,26 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
+		while (pending_events != NULL && pending_events->nest_level >= level)
+			pending_events = pending_events->next;
 		while (pending_lines != NULL && pending_lines->nest_level >= level)
+		{
+			if (pending_lines->line != NULL)
+				pending_count--;
 			pending_lines = pending_lines->next;
+		}
 		/* its numbers are gone: nothing of ours can appear below them */
 		if (seq_published && seq_published_level >= level)
+		{
 			unpublish_seq();
+			hl_wake_event_readers(MyDatabaseId);
+		}
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
+		for (PendingEvent *item = pending_events;
+			 item != NULL && item->nest_level >= level; item = item->next)
+			item->nest_level = level - 1;
 		for (PendingLine *item = pending_lines;
 			 item != NULL && item->nest_level >= level; item = item->next)
 			item->nest_level = level - 1;

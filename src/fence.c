@@ -56,8 +56,9 @@ static bool fenced_outside_block = false;
 /*
  * Raise 55P03 unless term "generation" of lease "name" holds it now, 42501
  * unless the caller may fence it.  Reads the newest committed version.
+ * Returns the term's expires_at.
  */
-static void
+static TimestampTz
 check_fence(text *name, int64 generation)
 {
 	HlRelation	rel;
@@ -116,17 +117,20 @@ check_fence(text *name, int64 generation)
 						   timestamptz_to_str(cur.lease.expires_at))));
 	}
 	hl_check_term_role(&cur.lease);
+	return cur.lease.expires_at;
 }
 
 void
 hl_fence(text *name, int64 generation)
 {
+	TimestampTz expires_at;
+
 	/* a fence on a standby could not keep the primary from changing terms */
 	PreventCommandDuringRecovery("hoplock_fence()");
 	/* nor one in a parallel worker: its lock would end with the worker */
 	PreventCommandIfParallelMode("hoplock_fence()");
 
-	check_fence(name, generation);
+	expires_at = check_fence(name, generation);
 	if (!hl_term_trylock(name, ShareLock))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
@@ -136,11 +140,15 @@ hl_fence(text *name, int64 generation)
 	if (!IsTransactionBlock())
 		fenced_outside_block = true;
 
-	/* whoever waits for the lease may try again when this transaction ends */
-	hl_wake_waiters_at_end(name);
+	/*
+	 * Whoever waits for the lease may try again when this transaction ends,
+	 * if the term has lapsed by then: only then can the fence have kept a
+	 * waiter out.
+	 */
+	hl_wake_waiters_if_lapsed_at_end(name, expires_at);
 
 	/* the lease may have changed before the lock was had */
-	check_fence(name, generation);
+	(void) check_fence(name, generation);
 }
 
 /*

@@ -15,6 +15,8 @@
  *
  *		An insert or update checks the new row's generation, a delete the
  *		old row's.  The writer stamps each row with its own generation.
+ *		TRUNCATE fires no row trigger; a BEFORE TRUNCATE statement trigger
+ *		calling hoplock_fenced refuses it.
  *
  *		Cheap enough for bulk writes: the fence is taken once per
  *		transaction, lease and generation (fence.c remembers it), and a
@@ -120,10 +122,28 @@ hoplock_fenced(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("hoplock_fenced: must be called as a trigger")));
+	/*
+	 * TRUNCATE fires no row triggers: a BEFORE TRUNCATE trigger refuses it,
+	 * as no row of it can be checked.
+	 */
+	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) &&
+		TRIGGER_FIRED_BEFORE(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot truncate table \"%s\" fenced by hoplock_fenced",
+						RelationGetRelationName(trigdata->tg_relation)),
+				 errdetail("TRUNCATE writes no rows whose generation could be checked."),
+				 errhint("Delete the rows in a transaction that called hoplock_fence.")));
 	if (!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("hoplock_fenced: must be fired for each row")));
+	/* an AFTER trigger would check a row already written */
+	if (!TRIGGER_FIRED_BEFORE(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("hoplock_fenced: must be fired before the row is written"),
+				 errhint("Create the trigger as BEFORE INSERT OR UPDATE OR DELETE ... FOR EACH ROW.")));
 
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
 		checked = result = trigdata->tg_newtuple;

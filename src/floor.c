@@ -1,49 +1,23 @@
 /*-------------------------------------------------------------------------
  *
  * floor.c
- *		The generation floor: the generation a new term gets.
+ *		The generation a new term gets, and the floor of forgotten names.
  *
- *		Within one copy of the data, a name's next generation is its last
- *		plus one.  That is not enough when the data forks: a standby
- *		promoted after missing the old primary's last grants has never seen
- *		them, nor has a database restored from a dump that was taken before
- *		them.  So every generation is era * 2^40 + counter, and the era
- *		increases at every fork:
+ *		A new term's generation is minted (branch.c) above the name's last
+ *		one: a hybrid clock with the branch's tag, so that no copy of the
+ *		data -- a promoted standby that missed the last grants, a restore of
+ *		an old dump, in place or elsewhere -- hands out a generation any
+ *		term of the name had before (docs/forks-and-events.md).
  *
- *		- Within a cluster (one system identifier) and a database, the era
- *		  of timeline T is base_era + T - base_timeline.  A promotion starts
- *		  a timeline greater than every one its cluster used before, so its
- *		  era is greater than any era the old primary could have used, seen
- *		  or not.
- *		- When the data lands in another cluster or database (pg_dump and
- *		  restore, pg_upgrade), the floor row it carries names the old
- *		  cluster and database, and says which timeline terms last began on
- *		  there ("last_timeline": written with the first term of each
- *		  timeline, in the same transaction).  The greatest era used there
- *		  is base_era + last_timeline - base_timeline; in the new place, the
- *		  era of timeline T is that plus T.  Every copy of the data computes
- *		  the same eras from the same row -- a standby that missed the row
- *		  being rewritten included -- and later timelines get later eras.
- *		- Without a row (a new install, or one upgraded from 1.0.0), the
- *		  era of timeline T is T - 1: 1.0.0's layout.
+ *		The table hoplock_internal.floor remembers the greatest generation
+ *		of a name that was forgotten (its row removed), so that the name, if
+ *		it comes back, starts above it even if the clock went back.  Its
+ *		era columns are 1.1's: 1.2 writes them only to satisfy the table's
+ *		check, and reads them never (1.1's generations are in the data).
  *
- *		So after any chain of promotions, restores and upgrades, a new
- *		term's era is greater than the era of every term that came before it
- *		on that chain, and its generation greater than theirs.  What it
- *		assumes (a dump taken after the source's last promotion, timelines
- *		that grow) is in the README.
- *
- *		The floor also remembers the greatest generation of a name that was
- *		forgotten (its row removed), so that the name, if it comes back,
- *		starts above it.
- *
- *		Locking: the floor row is written rarely (the first term of a
- *		timeline, a cluster or a database, and the expiry worker as it
- *		starts), under a term lock of its own, taken without waiting.  What
- *		it records every copy of the data computes alike from the row as
- *		it was, so a term never waits for it: if another transaction is
- *		writing it, the term goes on, and that transaction records it.
- *		The era is cached per backend for the current timeline.
+ *		Locking: the floor row is written rarely (a name forgotten), under a
+ *		term lock of its own, taken without waiting; a forget that cannot
+ *		have it forgets nothing.
  *
  *-------------------------------------------------------------------------
  */
@@ -51,6 +25,7 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "branch.h"
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -64,9 +39,6 @@
 #include "utils/inval.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-
-#define ERA_SHIFT	40
-#define MAX_ERA		((INT64CONST(1) << (63 - ERA_SHIFT)) - 1)
 
 /* Columns of hoplock_internal.floor */
 enum
@@ -92,23 +64,6 @@ typedef struct FloorRow
 	int64		last_timeline;
 	int64		forgotten;
 } FloorRow;
-
-/* The era of the current timeline, as this backend last computed it */
-static struct
-{
-	bool		valid;
-	Oid			database;
-	TimeLineID	timeline;
-	int64		era;
-}			era_cache;
-
-static bool callback_registered = false;
-
-static void
-invalidate(Datum arg, Oid relid)
-{
-	era_cache.valid = false;
-}
 
 /*
  * The floor row: its newest committed version (f->found), whether another
@@ -176,72 +131,6 @@ form_floor(HlRelation *rel, const FloorRow *f)
 }
 
 /*
- * The era of timeline "tli" of this cluster and database, given the floor
- * row "f"; *next is the row to write first (next->found false: none).
- */
-static int64
-era_of(const FloorRow *f, uint64 sysid, Oid database, int64 tli,
-	   FloorRow *next)
-{
-	int64		era;
-
-	*next = *f;
-	next->found = false;
-	if (!f->found)
-	{
-		/* 1.0.0's layout; the row records where terms began */
-		era = Max(tli - 1, 0);
-		next->found = true;
-		next->system_identifier = sysid;
-		next->database = database;
-		next->base_era = 0;
-		next->base_timeline = 1;
-		next->last_timeline = Max(tli, 1);
-		next->forgotten = 0;
-	}
-	else if (f->system_identifier == sysid && f->database == database &&
-			 tli >= f->last_timeline)
-	{
-		era = f->base_era + tli - f->base_timeline;
-		if (tli > f->last_timeline)
-		{
-			next->found = true;
-			next->last_timeline = tli;
-		}
-	}
-	else
-	{
-		/* the data moved: start above the greatest era used where it was */
-		int64		old_max = f->base_era + f->last_timeline - f->base_timeline;
-
-		era = old_max + tli;
-		next->found = true;
-		next->system_identifier = sysid;
-		next->database = database;
-		next->base_era = old_max;
-		next->base_timeline = 0;
-		next->last_timeline = tli;
-	}
-
-	if (era < 0 || era > MAX_ERA)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("generation era " INT64_FORMAT " is out of range", era),
-				 errdetail("hoplock supports %lld promotions, restores and upgrades of a database.",
-						   (long long) MAX_ERA)));
-	return era;
-}
-
-static int64
-generation_after(const Lease *cur, int64 era, int64 forgotten)
-{
-	int64		floor = (era << ERA_SHIFT) + 1;
-	int64		next = cur != NULL ? cur->generation + 1 : forgotten + 1;
-
-	return Max(next, floor);
-}
-
-/*
  * Bring the floor row up to date for "next", if nobody else is doing it
  * right now: it only records what every copy of the data computes alike,
  * so a term need not wait for it.  Returns whether it was written.
@@ -275,113 +164,68 @@ write_floor(HlRelation *rel, const FloorRow *f, const FloorRow *next)
 }
 
 /*
- * The era of this cluster, database and timeline, and the greatest
- * generation of a forgotten name; records what the floor row lacks, if it
- * can without waiting.  Returns false if the floor table is locked.
+ * The first term of a new name writes the floor row if there is none, so
+ * that the expiry worker can forget names (it never writes the first row:
+ * during a restore, CREATE EXTENSION starts it before the dumped row is
+ * copied in, and a row written first would make that copy fail).  Returns
+ * the greatest generation forgotten, or false if the table is locked.
  */
 static bool
-current_era(int64 *era, int64 *forgotten, bool *wrote)
+forgotten_floor(int64 *forgotten)
 {
-	uint64		sysid = GetSystemIdentifier();
-	int64		tli = (int64) GetWALInsertionTimeLine();
 	HlRelation	rel;
 	FloorRow	f;
-	FloorRow	next;
+	bool		wrote = false;
 
-	*wrote = false;
 	if (!hl_open(HL_REL_FLOOR, RowExclusiveLock, false, &rel))
 		return false;
 	read_floor(&rel, &f);
-	*era = era_of(&f, sysid, MyDatabaseId, tli, &next);
-	*forgotten = f.forgotten;
-	if (next.found)
-		*wrote = write_floor(&rel, &f, &next);
-	hl_close(&rel, *wrote);
-
-	/*
-	 * Cached only when the row, as committed, already says what this era
-	 * rests on: a write of it here could still roll back (or another's be
-	 * in flight), and the next term must then try again.
-	 */
-	if (!next.found && !f.inflight)
+	if (!f.found && !f.inflight)
 	{
-		era_cache.valid = true;
-		era_cache.database = MyDatabaseId;
-		era_cache.timeline = (TimeLineID) tli;
-		era_cache.era = *era;
+		FloorRow	next = f;
+
+		next.found = true;
+		next.system_identifier = GetSystemIdentifier();
+		next.database = MyDatabaseId;
+		wrote = write_floor(&rel, &f, &next);
 	}
+	hl_close(&rel, wrote);
+	*forgotten = f.forgotten;
 	return true;
 }
 
-static void
-register_callback(void)
-{
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(invalidate, (Datum) 0);
-		callback_registered = true;
-	}
-}
-
 /*
- * The generation of a new term over "cur" (NULL: the name has no row).
- * Returns false, with *busy, if the floor table is locked.
+ * The generation of a new term over "cur" (NULL: the name has no row), at
+ * server time "now".  Returns false if it cannot be had now: *busy if a
+ * table is locked by maintenance, otherwise another transaction is
+ * beginning the branch.
  */
 bool
-hl_next_generation(const Lease *cur, int64 *generation, bool *busy)
+hl_next_generation(const Lease *cur, TimestampTz now, int64 *generation,
+				   bool *busy)
 {
-	int64		era;
-	int64		forgotten;
-	bool		wrote;
+	int64		after;
 
 	*busy = false;
-	register_callback();
-
-	/* a name with a row needs only the era, cached per timeline */
-	if (cur != NULL && era_cache.valid && era_cache.database == MyDatabaseId &&
-		era_cache.timeline == GetWALInsertionTimeLine())
-	{
-		*generation = generation_after(cur, era_cache.era, 0);
-		return true;
-	}
-	if (!current_era(&era, &forgotten, &wrote))
+	if (cur != NULL)
+		after = cur->generation;
+	else if (!forgotten_floor(&after))
 	{
 		*busy = true;
 		return false;
 	}
-	*generation = generation_after(cur, era, forgotten);
-	return true;
+	return hl_mint(after, now, generation, busy);
 }
 
 /*
- * The expiry worker, at start (after a promotion, say): record the
- * current timeline in the floor row before any term needs it, so that a
- * dump taken from now on knows it.  Only a row that is there is brought up
- * to date: a database without one may be in the middle of a restore
- * (CREATE EXTENSION, which starts the worker, comes before the floor's
- * row is copied in, and a row written now would make that copy fail).
- * The first term writes it instead.
+ * The expiry worker, at start (after a promotion, say): begin the branch
+ * before any term needs it (branch.c).  Returns false if a table is locked
+ * (the worker tries again later).
  */
-void
+bool
 hl_floor_refresh(void)
 {
-	uint64		sysid = GetSystemIdentifier();
-	int64		tli = (int64) GetWALInsertionTimeLine();
-	HlRelation	rel;
-	FloorRow	f;
-	FloorRow	next;
-
-	register_callback();
-	if (!hl_open(HL_REL_FLOOR, RowExclusiveLock, false, &rel))
-		return;
-	read_floor(&rel, &f);
-	if (!f.found)
-	{
-		hl_close(&rel, false);
-		return;
-	}
-	(void) era_of(&f, sysid, MyDatabaseId, tli, &next);
-	hl_close(&rel, next.found && write_floor(&rel, &f, &next));
+	return hl_branch_refresh();
 }
 
 /*
@@ -394,36 +238,32 @@ hl_floor_refresh(void)
 bool
 hl_floor_raise_forgotten(int64 generation)
 {
-	uint64		sysid = GetSystemIdentifier();
-	int64		tli = (int64) GetWALInsertionTimeLine();
 	HlRelation	rel;
 	FloorRow	f;
 	FloorRow	next;
 	bool		wrote;
 
-	register_callback();
 	if (!hl_open(HL_REL_FLOOR, RowExclusiveLock, false, &rel))
 		return false;
 	read_floor(&rel, &f);
 	if (!f.found && AmBackgroundWorkerProcess())
 	{
-		/* the expiry worker writes no first row (see hl_floor_refresh) */
+		/* the expiry worker writes no first row (see forgotten_floor) */
 		hl_close(&rel, false);
 		return false;
 	}
-	if (f.forgotten >= generation && f.found && !f.inflight)
+	if (f.found && !f.inflight && f.forgotten >= generation)
 	{
-		(void) era_of(&f, sysid, MyDatabaseId, tli, &next);
-		if (!next.found)
-		{
-			/* already high enough, and nothing else to record */
-			hl_close(&rel, false);
-			return true;
-		}
+		/* already high enough */
+		hl_close(&rel, false);
+		return true;
 	}
-	(void) era_of(&f, sysid, MyDatabaseId, tli, &next);
-	if (!next.found)
-		next = f;
+	next = f;
+	if (!f.found)
+	{
+		next.system_identifier = GetSystemIdentifier();
+		next.database = MyDatabaseId;
+	}
 	next.found = true;
 	next.forgotten = Max(f.forgotten, generation);
 	wrote = write_floor(&rel, &f, &next);

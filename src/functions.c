@@ -222,5 +222,5 @@ hoplock_forget(PG_FUNCTION_ARGS)
 {
 	text	   *name = hl_arg_name(fcinfo, 0, "name");
 
-	PG_RETURN_BOOL(hl_forget(name, 0, true));
+	PG_RETURN_BOOL(hl_forget(name, 0, 0));
 }

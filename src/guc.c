@@ -34,6 +34,7 @@ int			hl_hung_holder_timeout = 5000;	/* milliseconds */
 int			hl_max_names_per_role = 0;
 int			hl_history_size = 10000;
 int			hl_released_retention = 86400;	/* seconds */
+int			hl_event_retention = 3600;	/* seconds */
 
 /*
  * A NOTIFY channel is an identifier: not empty, shorter than NAMEDATALEN.
@@ -170,6 +171,17 @@ hl_define_gucs(void)
 							"After it, the expiry worker forgets the name; a later term of it still gets a greater generation.",
 							&hl_released_retention,
 							86400,
+							0,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("hoplock.event_retention",
+							"How long an event is kept in the event log after it was sent (0: until it is sent).",
+							"hoplock_events and hoplock_watch can resume from an event number only while the events after it are kept.",
+							&hl_event_retention,
+							3600,
 							0,
 							INT_MAX,
 							PGC_SIGHUP,

@@ -2,12 +2,14 @@
  *
  * history.c
  *		The history of terms, hoplock_internal.history: one row per term,
- *		written when it begins and when it ends (never by a renewal), with
- *		the numbers of its first and last events, so that "who led, and how
- *		often does leadership flap?" has an answer, and a client can read
- *		the events it missed (hoplock_events).  The newest
+ *		written when it begins and when it ends (never by a renewal), so
+ *		that "who led, and how often does leadership flap?" has an answer
+ *		(the events themselves are in the event log, eventlog.c).  The newest
  *		hoplock.history_size terms are kept; the expiry worker drops older
- *		ones that ended.
+ *		ones that ended -- each in a subtransaction of its own when the
+ *		table has triggers (a user's foreign key that references it): a
+ *		row that cannot be dropped is reported and left, and the others
+ *		are dropped.
  *
  *		Rows are written directly (rowwrite.c), in the transaction of the
  *		change they record, under the lease row's compare-and-swap: two
@@ -19,21 +21,23 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "branch.h"
+#include "shmem.h"
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "executor/tuptable.h"
-#include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
-#include "utils/tuplestore.h"
-
-PG_FUNCTION_INFO_V1(hoplock_events);
 
 /* Columns of hoplock_internal.history */
 enum
@@ -58,10 +62,15 @@ open_history(HlRelation *rel)
 }
 
 /*
- * Lock the history and the event sequence for writing, waiting no more
+ * Lock the history (and, without shared memory, the event sequence) for
+ * writing, waiting no more
  * than the lease table would (maintenance may hold them); false if busy.
- * The locks last until the transaction ends.
+ * The lock of the sequence lasts until the transaction ends, or
+ * hl_history_unlock().  (The history's is given back at once: the writes
+ * take it again.)
  */
+static Oid locked_seq = InvalidOid;
+
 bool
 hl_history_lock(void)
 {
@@ -73,8 +82,26 @@ hl_history_lock(void)
 			return false;
 		hl_close(&rel, false);
 	}
-	return hl_lock_relation_briefly(hl_sequence_oid("event_seq"),
-									RowExclusiveLock);
+	/* the sequence numbers events only without shared memory (events.c) */
+	locked_seq = InvalidOid;
+	if (hl_shared != NULL)
+		return true;
+	locked_seq = hl_sequence_oid("event_seq");
+	return hl_lock_relation_briefly(locked_seq, RowExclusiveLock);
+}
+
+/*
+ * Give back the lock of the event sequence that hl_history_lock() took,
+ * for a call that ended up writing nothing: so that it holds up no DDL
+ * (and no call queued behind that DDL) for the rest of its transaction,
+ * nor while hoplock_wait sleeps.  The lock manager counts acquisitions: a
+ * lock this transaction took for a change it did make stays held.
+ */
+void
+hl_history_unlock(void)
+{
+	if (OidIsValid(locked_seq))
+		UnlockRelationOid(locked_seq, RowExclusiveLock);
 }
 
 /* The row of term (name, generation), as the dirty snapshot sees it. */
@@ -104,9 +131,13 @@ fetch_term(HlRelation *rel, text *name, int64 generation, ItemPointer tid,
 	return found;
 }
 
-/* A term began: its row, with the number of its "acquired" event. */
+/*
+ * A term began: its row.  (begin_seq and end_seq held 1.1's event numbers;
+ * 1.2's events are in the event log, numbered when they commit: 0 and
+ * NULL here.)
+ */
 void
-hl_history_begin(const Lease *term, int64 seq)
+hl_history_begin(const Lease *term)
 {
 	HlRelation	rel;
 	Datum		values[Natts_history];
@@ -120,7 +151,7 @@ hl_history_begin(const Lease *term, int64 seq)
 	values[Anum_history_owner - 1] = PointerGetDatum(term->owner);
 	values[Anum_history_role - 1] = NameGetDatum(&term->owner_role);
 	values[Anum_history_acquired_at - 1] = TimestampTzGetDatum(term->acquired_at);
-	values[Anum_history_begin_seq - 1] = Int64GetDatum(seq);
+	values[Anum_history_begin_seq - 1] = Int64GetDatum(0);
 	nulls[Anum_history_ended_at - 1] = true;
 	nulls[Anum_history_end_seq - 1] = true;
 	nulls[Anum_history_how - 1] = true;
@@ -131,13 +162,12 @@ hl_history_begin(const Lease *term, int64 seq)
 
 /*
  * A term ended, at "ended_at", "how" (released, expired, force-released,
- * session ended, taken over, deleted, written over), with the number of
- * its last event.  A term whose row is gone (beyond hoplock.history_size,
- * or begun before the history existed) gets one now.
+ * session ended, taken over, deleted, written over).  A term whose row is
+ * gone (beyond hoplock.history_size, or begun before the history existed)
+ * gets one now.
  */
 void
-hl_history_end(const Lease *term, TimestampTz ended_at, int64 seq,
-			   const char *how)
+hl_history_end(const Lease *term, TimestampTz ended_at, const char *how)
 {
 	HlRelation	rel;
 	TupleTableSlot *slot;
@@ -156,18 +186,22 @@ hl_history_end(const Lease *term, TimestampTz ended_at, int64 seq,
 	values[Anum_history_acquired_at - 1] = TimestampTzGetDatum(term->acquired_at);
 	values[Anum_history_begin_seq - 1] = Int64GetDatum(0);
 	values[Anum_history_ended_at - 1] = TimestampTzGetDatum(ended_at);
-	values[Anum_history_end_seq - 1] = Int64GetDatum(seq);
+	nulls[Anum_history_end_seq - 1] = true;
 	values[Anum_history_how - 1] = CStringGetTextDatum(how);
 
 	if (fetch_term(&rel, term->name, term->generation, &tid, slot))
 	{
 		TM_Result	tm;
 
-		/* keep what the row says of the term's beginning */
-		values[Anum_history_owner - 1] = slot->tts_values[Anum_history_owner - 1];
-		values[Anum_history_role - 1] = slot->tts_values[Anum_history_role - 1];
-		values[Anum_history_acquired_at - 1] = slot->tts_values[Anum_history_acquired_at - 1];
-		values[Anum_history_begin_seq - 1] = slot->tts_values[Anum_history_begin_seq - 1];
+		static const int kept[] = {Anum_history_owner, Anum_history_role,
+		Anum_history_acquired_at, Anum_history_begin_seq};
+
+		/* keep what the row says of the term's beginning, if it says it */
+		for (size_t i = 0; i < lengthof(kept); i++)
+		{
+			if (!slot->tts_isnull[kept[i] - 1])
+				values[kept[i] - 1] = slot->tts_values[kept[i] - 1];
+		}
 		tm = hl_row_update(&rel, &tid,
 						   heap_form_tuple(RelationGetDescr(rel.heap), values, nulls));
 		if (tm != TM_Ok)
@@ -184,23 +218,95 @@ hl_history_end(const Lease *term, TimestampTz ended_at, int64 seq,
 /* A row of the history, as hl_history_prune sorts them */
 typedef struct HistoryRow
 {
-	int64		begin_seq;
+	TimestampTz ended_at;		/* DT_NOEND while it runs */
 	bool		ended;
 	ItemPointerData tid;
 } HistoryRow;
 
+/*
+ * Ended terms are dropped in the order of their ends: a long term that has
+ * just ended keeps its row until the terms that ended before it are gone.
+ */
 static int
 compare_rows(const void *a, const void *b)
 {
-	int64		sa = ((const HistoryRow *) a)->begin_seq;
-	int64		sb = ((const HistoryRow *) b)->begin_seq;
+	TimestampTz sa = ((const HistoryRow *) a)->ended_at;
+	TimestampTz sb = ((const HistoryRow *) b)->ended_at;
 
 	return (sa > sb) - (sa < sb);
 }
 
 /*
+ * Rows the trimming could not drop, already reported: each is reported once
+ * (while at most UNPRUNABLE_MAX are remembered), and tried again at each
+ * trimming.
+ */
+#define UNPRUNABLE_MAX	64
+static ItemPointerData unprunable[UNPRUNABLE_MAX];
+static int	n_unprunable = 0;
+
+static void
+report_unprunable(ItemPointer tid, ErrorData *edata)
+{
+	bool		reported = false;
+
+	for (int i = 0; i < n_unprunable && !reported; i++)
+		reported = ItemPointerEquals(&unprunable[i], tid);
+	if (!reported && n_unprunable < UNPRUNABLE_MAX)
+		unprunable[n_unprunable++] = *tid;
+	ereport(reported ? DEBUG1 : LOG,
+			(errmsg("hoplock worker could not drop a row of table \"%s.history\"",
+					HL_SCHEMA),
+			 edata->detail != NULL ?
+			 errdetail_internal("%s: %s", edata->message, edata->detail) :
+			 errdetail_internal("%s", edata->message),
+			 errhint("The worker leaves it and tries again at each trimming; the other rows are trimmed meanwhile.")));
+}
+
+/*
+ * Drop the row at "tid" in a subtransaction of its own: an error (a user's
+ * foreign key that references the row, a user's trigger) is reported, and
+ * the row left.
+ */
+static bool
+delete_isolated(HlRelation *rel, ItemPointer tid)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool done = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		done = (hl_row_delete(rel, tid) == TM_Ok);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		report_unprunable(tid, edata);
+		FreeErrorData(edata);
+		done = false;
+	}
+	PG_END_TRY();
+	return done;
+}
+
+/*
  * The expiry worker: drop the oldest ended terms beyond
- * hoplock.history_size, at most "batch" of them.  Returns how many.
+ * hoplock.history_size, at most "batch" of them.  Returns how many.  When
+ * the table has triggers, whose errors could stop the trimming for good,
+ * each row is dropped in a subtransaction of its own (delete_isolated).
  */
 int
 hl_history_prune(int batch)
@@ -229,10 +335,9 @@ hl_history_prune(int batch)
 			maxrows *= 2;
 			rows = repalloc_huge(rows, (Size) maxrows * sizeof(HistoryRow));
 		}
-		d = slot_getattr(slot, Anum_history_begin_seq, &isnull);
-		rows[nrows].begin_seq = isnull ? 0 : DatumGetInt64(d);
-		(void) slot_getattr(slot, Anum_history_ended_at, &isnull);
+		d = slot_getattr(slot, Anum_history_ended_at, &isnull);
 		rows[nrows].ended = !isnull;
+		rows[nrows].ended_at = isnull ? DT_NOEND : DatumGetTimestampTz(d);
 		rows[nrows].tid = slot->tts_tid;
 		nrows++;
 	}
@@ -242,13 +347,15 @@ hl_history_prune(int batch)
 	if (nrows > hl_history_size)
 	{
 		int			excess = nrows - hl_history_size;
+		bool		isolate = hl_table_has_after_triggers(&rel);
 
 		qsort(rows, nrows, sizeof(HistoryRow), compare_rows);
 		for (int i = 0; i < nrows && excess > 0 && dropped < batch; i++)
 		{
 			if (!rows[i].ended)
 				continue;		/* running terms stay */
-			if (hl_row_delete(&rel, &rows[i].tid) == TM_Ok)
+			if (isolate ? delete_isolated(&rel, &rows[i].tid) :
+				hl_row_delete(&rel, &rows[i].tid) == TM_Ok)
 				dropped++;
 			excess--;
 		}
@@ -256,125 +363,4 @@ hl_history_prune(int batch)
 	pfree(rows);
 	hl_close(&rel, dropped > 0);
 	return dropped;
-}
-
-/* The event a term's end was announced as */
-static const char *
-end_event(const char *how)
-{
-	if (strcmp(how, "expired") == 0 || strcmp(how, "taken over") == 0)
-		return "expired";
-	return "released";
-}
-
-/* One event hoplock_events returns */
-typedef struct Event
-{
-	int64		seq;
-	const char *event;
-	text	   *name;
-	text	   *owner;
-	int64		generation;
-	TimestampTz at;
-} Event;
-
-static int
-compare_events(const void *a, const void *b)
-{
-	int64		sa = ((const Event *) a)->seq;
-	int64		sb = ((const Event *) b)->seq;
-
-	return (sa > sb) - (sa < sb);
-}
-
-static void
-add_event(Event **events, int *n, int *max, TupleTableSlot *slot,
-		  int64 seq, const char *event, Datum at)
-{
-	Event	   *e;
-
-	if (*n == *max)
-	{
-		*max = Max(*max * 2, 64);
-		*events = *events == NULL ? palloc(*max * sizeof(Event)) :
-			repalloc_huge(*events, (Size) *max * sizeof(Event));
-	}
-	e = &(*events)[(*n)++];
-	e->seq = seq;
-	e->event = event;
-	e->name = (text *) PG_DETOAST_DATUM_COPY(slot->tts_values[Anum_history_name - 1]);
-	e->owner = (text *) PG_DETOAST_DATUM_COPY(slot->tts_values[Anum_history_owner - 1]);
-	e->generation = DatumGetInt64(slot->tts_values[Anum_history_generation - 1]);
-	e->at = DatumGetTimestampTz(at);
-}
-
-/*
- * hoplock_events(since): the events after number "since", from the
- * history -- acquired, released, expired; renewals are not kept --, up to
- * the number below which no running transaction can still add one, in
- * number order.  A client that resumes from the last number it saw misses
- * nothing (but the events of terms the history has dropped).
- */
-Datum
-hoplock_events(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	int64		since = PG_GETARG_INT64(0);
-	int64		horizon;
-	Snapshot	snapshot;
-	HlRelation	rel;
-	TableScanDesc scan;
-	TupleTableSlot *slot;
-	Event	   *events = NULL;
-	int			nevents = 0;
-	int			maxevents = 0;
-
-	InitMaterializedSRF(fcinfo, 0);
-
-	/* the horizon first, then a snapshot that sees all that came before */
-	horizon = hl_event_horizon();
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-
-	(void) hl_open(HL_REL_HISTORY, AccessShareLock, true, &rel);
-	slot = table_slot_create(rel.heap, NULL);
-	scan = table_beginscan(rel.heap, snapshot, 0, NULL);
-	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
-	{
-		int64		begin_seq;
-
-		CHECK_FOR_INTERRUPTS();
-		slot_getallattrs(slot);
-		begin_seq = DatumGetInt64(slot->tts_values[Anum_history_begin_seq - 1]);
-		if (begin_seq > since && begin_seq <= horizon)
-			add_event(&events, &nevents, &maxevents, slot, begin_seq, "acquired",
-					  slot->tts_values[Anum_history_acquired_at - 1]);
-		if (!slot->tts_isnull[Anum_history_end_seq - 1])
-		{
-			int64		end_seq = DatumGetInt64(slot->tts_values[Anum_history_end_seq - 1]);
-
-			if (end_seq > since && end_seq <= horizon)
-				add_event(&events, &nevents, &maxevents, slot, end_seq,
-						  end_event(TextDatumGetCString(slot->tts_values[Anum_history_how - 1])),
-						  slot->tts_values[Anum_history_ended_at - 1]);
-		}
-	}
-	qsort(events, nevents, sizeof(Event), compare_events);
-	for (int i = 0; i < nevents; i++)
-	{
-		Datum		values[6];
-		bool		nulls[6] = {0};
-
-		values[0] = Int64GetDatum(events[i].seq);
-		values[1] = CStringGetTextDatum(events[i].event);
-		values[2] = PointerGetDatum(events[i].name);
-		values[3] = PointerGetDatum(events[i].owner);
-		values[4] = Int64GetDatum(events[i].generation);
-		values[5] = TimestampTzGetDatum(events[i].at);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	table_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	hl_close(&rel, false);
-	UnregisterSnapshot(snapshot);
-	PG_RETURN_VOID();
 }

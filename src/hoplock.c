@@ -12,6 +12,7 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "branch.h"
 #include "shmem.h"
 
 #include "fmgr.h"
@@ -26,17 +27,25 @@ _PG_init(void)
 {
 	hl_define_gucs();
 
-	hl_lease_init();
+	hl_rowwrite_init();
 	hl_fence_init();
 	hl_events_init();
 	hl_mailbox_init();
 	hl_wait_init();
 	hl_session_init();
 	hl_install_hooks();
+	hl_branch_init();
 
 	if (process_shared_preload_libraries_in_progress)
 	{
 		hl_shmem_init();
-		hl_register_launcher();
+
+		/*
+		 * pg_upgrade runs the old and the new cluster in binary-upgrade
+		 * mode: nothing may change their data then (no expiry announced, no
+		 * branch begun).
+		 */
+		if (!IsBinaryUpgrade)
+			hl_register_launcher();
 	}
 }

@@ -60,8 +60,8 @@ typedef struct Lease
 	int32		session_pid;	/* 0: not bound to a session */
 	TimestampTz session_start;
 	TransactionId xmin;			/* of this row version */
-	FullTransactionId full_xmin;	/* xmin with its epoch, for the handle:
-									 * invalid until someone needs it */
+	int64		version;		/* of this row version, new at every write:
+								 * the handle; 0 if not written since 1.1 */
 } Lease;
 
 /* Longest handle text, including the terminating NUL. */
@@ -153,13 +153,14 @@ typedef enum HlBlockerKind
 	BLOCKER_NONE,
 	BLOCKER_FENCE,				/* an open fence of the current term */
 	BLOCKER_TERM_CHANGE,		/* a term beginning or ending, in flight */
-	BLOCKER_ROW_CHANGE			/* another uncommitted change: a renewal */
+	BLOCKER_ROW_CHANGE			/* another uncommitted change (a renewal),
+								 * or a row lock a change waits for */
 } HlBlockerKind;
 
 extern int	hl_lease_blocker(text *name, HlBlockerKind *kind);
-extern bool hl_forget(text *name, TimestampTz ended_before, bool raise_floor);
+extern bool hl_forget(text *name, TimestampTz ended_before,
+					  int64 floor_raised);
 extern void hl_check_term_role(const Lease *lease);
-extern void hl_lease_init(void);
 extern void hl_prevent_write(const char *fn);
 
 /* ---------------------------------------------------------------------
@@ -189,6 +190,9 @@ typedef enum HlRel
 	HL_REL_LEASE,
 	HL_REL_FLOOR,
 	HL_REL_HISTORY,
+	HL_REL_BRANCH,
+	HL_REL_EVENT,
+	HL_REL_DELIVERY,
 	HL_NRELS
 } HlRel;
 
@@ -220,9 +224,12 @@ extern bool hl_table_has_after_triggers(HlRelation *rel);
  * ---------------------------------------------------------------------
  */
 extern void hl_row_insert(HlRelation *rel, HeapTuple tuple);
+extern void hl_row_insert_many(HlRelation *rel, HeapTuple *tuples,
+							   int ntuples);
 extern TM_Result hl_row_update(HlRelation *rel, ItemPointer otid,
 							   HeapTuple tuple);
 extern TM_Result hl_row_delete(HlRelation *rel, ItemPointer otid);
+extern void hl_rowwrite_init(void);
 
 /* ---------------------------------------------------------------------
  * store.c: lease rows
@@ -241,6 +248,7 @@ typedef struct LeaseVersion
 extern void hl_store_fetch(HlRelation *rel, text *name, Snapshot snapshot,
 						   LeaseVersion *version);
 extern void hl_version_release(LeaseVersion *version);
+extern TransactionId hl_store_locker(const LeaseVersion *version);
 extern void hl_store_insert(HlRelation *rel, Lease *lease);
 extern TM_Result hl_store_update(HlRelation *rel, ItemPointer otid,
 								 Lease *lease);
@@ -254,9 +262,9 @@ extern void hl_format_handle(const Lease *lease, char *buf);
  * floor.c: the generation floor
  * ---------------------------------------------------------------------
  */
-extern bool hl_next_generation(const Lease *cur, int64 *generation,
-							   bool *busy);
-extern void hl_floor_refresh(void);
+extern bool hl_next_generation(const Lease *cur, TimestampTz now,
+							   int64 *generation, bool *busy);
+extern bool hl_floor_refresh(void);
 extern bool hl_floor_raise_forgotten(int64 generation);
 
 /* ---------------------------------------------------------------------
@@ -264,17 +272,19 @@ extern bool hl_floor_raise_forgotten(int64 generation);
  * ---------------------------------------------------------------------
  */
 extern bool hl_history_lock(void);
-extern void hl_history_begin(const Lease *term, int64 seq);
+extern void hl_history_unlock(void);
+extern void hl_history_begin(const Lease *term);
 extern void hl_history_end(const Lease *term, TimestampTz ended_at,
-						   int64 seq, const char *how);
+						   const char *how);
 extern int	hl_history_prune(int batch);
 
 /* ---------------------------------------------------------------------
  * events.c: NOTIFY payloads and log lines
  * ---------------------------------------------------------------------
  */
-extern int64 hl_event(const char *event, const Lease *lease);
+extern void hl_event(const char *event, const Lease *lease);
 extern int64 hl_event_horizon(void);
+extern int64 hl_event_newest(void);
 extern void hl_events_init(void);
 
 /* ---------------------------------------------------------------------
@@ -308,6 +318,7 @@ extern int	hl_hung_holder_timeout;	/* milliseconds; 0: never */
 extern int	hl_max_names_per_role;	/* 0: unlimited */
 extern int	hl_history_size;	/* terms kept per database; 0: none */
 extern int	hl_released_retention;	/* seconds; 0: kept forever */
+extern int	hl_event_retention; /* seconds after delivery */
 
 extern void hl_define_gucs(void);
 extern bool hl_database_listed(const char *dbname);
@@ -318,6 +329,8 @@ extern bool hl_database_listed(const char *dbname);
  */
 extern bool hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result);
 extern void hl_wake_waiters_at_end(text *name);
+extern void hl_wake_waiters_if_lapsed_at_end(text *name,
+											 TimestampTz expires_at);
 extern void hl_wait_init(void);
 
 /* ---------------------------------------------------------------------

@@ -20,9 +20,13 @@
  *		its fenced transactions run.  A caller's rights are checked before
  *		it takes the term lock on anyone's behalf, and again after.
  *
- *		Row versions are never locked.  Every write is a heap_update that
- *		does not wait: if another transaction is changing the row right now
- *		(a renewal, or a term change), the call reports contention at once.
+ *		Row versions are locked only by the write itself, as UPDATE locks
+ *		them (rowwrite.c): no write changes the name, the key, so FOR KEY
+ *		SHARE -- a foreign key referencing lease names -- never stands in
+ *		its way.  Every write is a heap_update that does not wait: if
+ *		another transaction is changing the row right now (a renewal, or a
+ *		term change), or holds a lock on it that UPDATE would wait for (FOR
+ *		SHARE, FOR UPDATE), the call reports contention at once.
  *		Under READ COMMITTED the newest committed version is used; under
  *		REPEATABLE READ and SERIALIZABLE a version committed after the
  *		transaction's snapshot raises a serialization failure, as UPDATE
@@ -35,9 +39,12 @@
  *
  *		Every write that starts, extends or ends a term forces a synchronous
  *		commit: an acknowledged grant is never lost, so a generation is never
- *		handed out twice.  A transaction that wrote a lease cannot be
- *		prepared: its term would be held, or kept from lapsing, for as long
- *		as the prepared transaction lasts.
+ *		handed out twice.  A transaction that wrote a lease, or any row of
+ *		hoplock's tables (the generation floor, written before a call finds
+ *		the lease contended, say), cannot be prepared: its term would be
+ *		held, or kept from lapsing, for as long as the prepared transaction
+ *		lasts, or the row it wrote and its lock kept (rowwrite.c refuses
+ *		the PREPARE).
  *
  *-------------------------------------------------------------------------
  */
@@ -45,6 +52,7 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "branch.h"
 #include "shmem.h"
 
 #include "access/subtrans.h"
@@ -74,9 +82,6 @@ typedef enum LeaseAction
 	ACTION_END_TERM,
 	ACTION_ANNOUNCE_EXPIRY		/* the term lapsed: mark it announced */
 } LeaseAction;
-
-/* This transaction wrote a lease: it cannot be prepared */
-static bool wrote_lease = false;
 
 /* ---------------------------------------------------------------------
  * Helpers
@@ -337,22 +342,20 @@ static void
 announce_end(const LeaseRequest *req, const Lease *cur, TimestampTz now,
 			 bool new_term)
 {
-	int64		seq;
-
 	if (hl_lease_is_held(cur, now))
 	{
 		Lease		ended = *cur;
 
 		ended.expires_at = end_of_term(cur, now);
-		seq = hl_event("released", &ended);
-		hl_history_end(cur, ended.expires_at, seq, how_ended(req));
+		hl_event("released", &ended);
+		hl_history_end(cur, ended.expires_at, how_ended(req));
 		hl_count(req->op == LEASE_OP_FORCE_RELEASE ?
 				 HL_COUNT_FORCE_RELEASES : HL_COUNT_RELEASES);
 	}
 	else if (cur->state == LEASE_STATE_HELD)
 	{
-		seq = hl_event("expired", cur);
-		hl_history_end(cur, cur->expires_at, seq,
+		hl_event("expired", cur);
+		hl_history_end(cur, cur->expires_at,
 					   new_term ? "taken over" : "expired");
 		hl_count(HL_COUNT_EXPIRIES);
 	}
@@ -374,25 +377,37 @@ check_action_privileges(const LeaseRequest *req, LeaseAction action,
 		hl_check_term_role(cur);
 }
 
-/* A role may not create more names than hoplock.max_names_per_role. */
-static void
+/* The key of a role's lock for hoplock.max_names_per_role */
+static text *
+role_lock_key(void)
+{
+	char		key[32];
+
+	/* keyed like a term lock, by a name no lease can have */
+	snprintf(key, sizeof(key), "\x01role %u", GetUserId());
+	return cstring_to_text(key);
+}
+
+/*
+ * A role may not create more names than hoplock.max_names_per_role.
+ * Returns whether it took the role's lock (see role_lock_key).
+ */
+static bool
 check_names_per_role(HlRelation *rel)
 {
 	int64		n;
 
-	char		key[32];
-
 	if (hl_max_names_per_role <= 0 || superuser())
-		return;
+		return false;
 
 	/*
 	 * One transaction of a role creates names at a time, holding a lock of
 	 * the role (keyed like a term lock, by a name no lease can have: it
 	 * begins with a control character) until it ends; otherwise sessions
-	 * counting at once would each find room.
+	 * counting at once would each find room.  A call that ends up creating
+	 * nothing gives it back (hl_lease_cas).
 	 */
-	snprintf(key, sizeof(key), "\x01role %u", GetUserId());
-	if (!hl_term_trylock(cstring_to_text(key), ExclusiveLock))
+	if (!hl_term_trylock(role_lock_key(), ExclusiveLock))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("another transaction of role \"%s\" is creating lease names",
@@ -406,6 +421,7 @@ check_names_per_role(HlRelation *rel)
 				 errmsg("role \"%s\" already has %d lease names, the most \"hoplock.max_names_per_role\" allows",
 						NameStr(*current_role_name()), hl_max_names_per_role),
 				 errhint("Reuse a name, or ask a superuser to raise \"hoplock.max_names_per_role\".")));
+	return true;
 }
 
 /*
@@ -436,7 +452,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 					begin = Max(now, cur->expires_at);
 
 				memset(new, 0, sizeof(Lease));
-				if (!hl_next_generation(cur, &new->generation, busy))
+				if (!hl_next_generation(cur, now, &new->generation, busy))
 					return false;
 				new->name = req->name;
 				new->owner = req->owner;
@@ -469,6 +485,10 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			elog(ERROR, "lease action %d writes nothing", (int) action);
 	}
 
+	/* every write gives the row a new version, its handle (branch.c) */
+	if (!hl_mint(cur != NULL ? cur->version : 0, now, &new->version, busy))
+		return false;
+
 	/* session_bound binds the term it begins or extends to this session */
 	if (req->session_bound &&
 		(action == ACTION_NEW_TERM || action == ACTION_EXTEND))
@@ -492,15 +512,23 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 		case ACTION_EXTEND:
 			hl_count(HL_COUNT_RENEWALS);
 			if (hl_notify_renewals)
-				(void) hl_event("renewed", written);
-			/* a later expiry the worker finds out by itself */
+				hl_event("renewed", written);
+			/*
+			 * A later expiry the worker finds out by itself; an earlier one it
+			 * is told of, and the waiters, who sleep until the old one, are
+			 * woken (a renewal that extends the term wakes nobody).
+			 */
 			if (written->expires_at < cur->expires_at)
+			{
 				hl_post_deadline_at_commit(written->name, written->expires_at);
+				hl_wake_waiters_at_end(written->name);
+			}
 			break;
 		case ACTION_NEW_TERM:
 			if (cur != NULL)
 				announce_end(req, cur, now, true);
-			hl_history_begin(written, hl_event("acquired", written));
+			hl_event("acquired", written);
+			hl_history_begin(written);
 			hl_count(HL_COUNT_TERMS_BEGUN);
 			hl_post_deadline_at_commit(written->name, written->expires_at);
 			break;
@@ -517,7 +545,6 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 	if (req->session_bound &&
 		(action == ACTION_NEW_TERM || action == ACTION_EXTEND))
 		hl_session_bind(written->name);
-	wrote_lease = true;
 }
 
 /*
@@ -528,12 +555,13 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 #define ANNOUNCE_WAIT_POLLS	50
 
 /*
- * The expiry worker announces a lapsed term in a transaction, holding the
- * lease's row until it commits.  A hoplock_acquire that finds the row of a
- * lapsed term that nobody announced yet being changed waits for that,
- * polling, up to ANNOUNCE_WAIT_POLLS times (*polls counts them), rather
- * than report contention: the lease is free, and whoever is changing the
- * row is most likely the worker announcing just that.  (If it is another
+ * The expiry worker announces a lapsed term, and forgets a name released
+ * long ago, in a transaction, holding the lease's row until it commits.  A
+ * hoplock_acquire that finds the row of a lease that is free -- a lapsed
+ * term, announced or not, or a released one -- being changed waits for
+ * that, polling, up to ANNOUNCE_WAIT_POLLS times (*polls counts them),
+ * rather than report contention: whoever is changing the row is most
+ * likely the worker announcing or forgetting just that.  (If it is another
  * acquire taking the lease over, this one finds it held once that one
  * commits.)  Returns whether to poll once more (the caller lets go of
  * what it holds and calls poll_pause); false if the call is not such an
@@ -547,7 +575,7 @@ wait_for_announcement(const LeaseRequest *req, const Lease *cur,
 					  TimestampTz now, int *polls)
 {
 	if (!req->await_announcement || cur == NULL ||
-		cur->state != LEASE_STATE_HELD || now < cur->expires_at ||
+		hl_lease_is_held(cur, now) ||
 		IsolationUsesXactSnapshot() || *polls >= ANNOUNCE_WAIT_POLLS)
 		return false;
 	(*polls)++;
@@ -583,6 +611,8 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 {
 	HlRelation	rel;
 	bool		term_locked = false;
+	bool		history_locked = false;
+	int			role_locks = 0;
 	bool		busy = false;
 	int			polls = 0;
 	LeaseOutcome outcome;
@@ -602,12 +632,16 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 	 * contention like maintenance of the lease table, not an error halfway.
 	 * (A renewal writes neither.)
 	 */
-	if (req->op != LEASE_OP_RENEW && !hl_history_lock())
+	if (req->op != LEASE_OP_RENEW)
 	{
-		hl_close(&rel, false);
-		if (req->busy_is_contention)
-			return LEASE_CONTENDED;
-		hl_table_busy_error(HL_REL_HISTORY);
+		if (!hl_history_lock())
+		{
+			hl_close(&rel, false);
+			if (req->busy_is_contention)
+				return LEASE_CONTENDED;
+			hl_table_busy_error(HL_REL_HISTORY);
+		}
+		history_locked = true;
 	}
 
 	for (;;)
@@ -669,6 +703,16 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 			hl_version_release(&cur);
 			if (!hl_term_trylock(req->name, ExclusiveLock))
 			{
+				/*
+				 * No fence holds an ended term's lock: the worker forgetting
+				 * the name holds it for a moment.
+				 */
+				if (curp != NULL && curp->state != LEASE_STATE_HELD &&
+					wait_for_announcement(req, curp, now, &polls))
+				{
+					poll_pause();
+					continue;
+				}
 				outcome = LEASE_CONTENDED;
 				break;
 			}
@@ -687,7 +731,8 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 
 		if (curp == NULL)
 		{
-			check_names_per_role(&rel);
+			if (check_names_per_role(&rel))
+				role_locks++;
 			hl_store_insert(&rel, result);
 			tm = TM_Ok;
 		}
@@ -695,8 +740,9 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 		{
 			/* a name another role began the last term of counts now */
 			if (action == ACTION_NEW_TERM &&
-				curp->owner_roleid != result->owner_roleid)
-				check_names_per_role(&rel);
+				curp->owner_roleid != result->owner_roleid &&
+				check_names_per_role(&rel))
+				role_locks++;
 			tm = hl_store_update(&rel, &cur.tid, result);
 		}
 		hl_version_release(&cur);
@@ -723,6 +769,20 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 				poll_pause();
 				continue;
 			}
+
+			/*
+			 * Nobody was changing the row, so another transaction holds a
+			 * lock on it (FOR SHARE, FOR UPDATE: a superuser's, or the
+			 * table owner's).  A renewal's NULL would tell its holder that
+			 * the term is no longer its own: it is, so say the row is busy.
+			 */
+			if (req->op == LEASE_OP_RENEW && !TransactionIdIsValid(cur.inflight))
+				ereport(ERROR,
+						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+						 errmsg("could not renew lease \"%s\": its row is locked by another transaction",
+								text_to_cstring(req->name)),
+						 errdetail("A transaction holds FOR SHARE or FOR UPDATE on the lease's row."),
+						 errhint("The term is still yours: renew it again.")));
 			outcome = LEASE_CONTENDED;
 			break;
 		}
@@ -750,6 +810,20 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 			hl_wake_waiters_at_end(req->name);
 		else
 			hl_term_unlock(req->name, ExclusiveLock);
+	}
+
+	/*
+	 * A call that wrote nothing gives back every lock it took, so that it
+	 * holds up nothing for the rest of its transaction (nor while
+	 * hoplock_wait sleeps): the role's, the event sequence's, the lease
+	 * table's.
+	 */
+	if (outcome != LEASE_DONE)
+	{
+		for (; role_locks > 0; role_locks--)
+			hl_term_unlock(role_lock_key(), ExclusiveLock);
+		if (history_locked)
+			hl_history_unlock();
 	}
 	hl_close(&rel, outcome == LEASE_DONE);
 	if (outcome == LEASE_CONTENDED && !req->busy_is_contention)
@@ -783,8 +857,10 @@ hl_lease_lookup(text *name, Lease *lease)
 /*
  * The pid of another session holding lease "name" up, and how: holding its
  * term lock (an open fence, or a term change in flight), or changing its
- * row in a transaction that has not ended (a renewal).  0 if there is none,
- * or if the table is locked and cannot be looked at now.
+ * row in a transaction that has not ended (a renewal), or holding a lock on
+ * the row that a change waits for (SELECT ... FOR SHARE, say; reported as
+ * a change).  0 if there is none, or if the table is locked and cannot be
+ * looked at now.
  */
 int
 hl_lease_blocker(text *name, HlBlockerKind *kind)
@@ -795,6 +871,7 @@ hl_lease_blocker(text *name, HlBlockerKind *kind)
 	int			fence_pid;
 	int			change_pid;
 	int			pid = 0;
+	TransactionId xid;
 
 	*kind = BLOCKER_NONE;
 	hl_term_lock_holders(name, &fence_pid, &change_pid);
@@ -813,13 +890,22 @@ hl_lease_blocker(text *name, HlBlockerKind *kind)
 		return 0;
 	InitDirtySnapshot(dirty);
 	hl_store_fetch(&rel, name, &dirty, &version);
+
+	/*
+	 * The row's inserter or updater, or else a transaction holding a lock
+	 * on it that a change must wait for (FOR SHARE, FOR UPDATE...; not FOR
+	 * KEY SHARE, which no change of hoplock's waits for)
+	 */
+	xid = version.inflight;
+	if (version.found && !TransactionIdIsValid(xid))
+		xid = hl_store_locker(&version);
 	hl_version_release(&version);
 	hl_close(&rel, false);
 
-	/* the row's inserter or updater may be a subtransaction */
-	if (version.found && TransactionIdIsValid(version.inflight))
+	/* it may be a subtransaction */
+	if (version.found && TransactionIdIsValid(xid))
 	{
-		pid = BackendXidGetPid(SubTransGetTopmostTransaction(version.inflight));
+		pid = BackendXidGetPid(SubTransGetTopmostTransaction(xid));
 		if (pid != 0)
 			*kind = BLOCKER_ROW_CHANGE;
 	}
@@ -829,15 +915,18 @@ hl_lease_blocker(text *name, HlBlockerKind *kind)
 /*
  * Forget lease "name": remove its row, if its last term ended (released,
  * or lapsed and announced) before "ended_before" (0: any time), first
- * raising the generation floor's "forgotten" to its generation (unless the
- * caller did that for a whole batch), so that the name, if it comes back,
- * starts above every generation it had.  Returns false, changing nothing,
- * if the row is not there, its term has not ended, or anything stands in
- * the way right now (the lease being changed or fenced, the floor being
- * written, the table locked).
+ * raising the generation floor's "forgotten" to its generation, so that
+ * the name, if it comes back, starts above every generation it had.  A
+ * caller that raised the floor for a whole batch passes the generation it
+ * raised it to as "floor_raised" (0: raise it here), and a row of a later
+ * generation is left: a term that began and ended since the caller looked
+ * (which, after a clock step back, can look as old as the one it read).
+ * Returns false, changing nothing, if the row is not there, its term has
+ * not ended, or anything stands in the way right now (the lease being
+ * changed or fenced, the floor being written, the table locked).
  */
 bool
-hl_forget(text *name, TimestampTz ended_before, bool raise_floor)
+hl_forget(text *name, TimestampTz ended_before, int64 floor_raised)
 {
 	HlRelation	rel;
 	LeaseVersion cur;
@@ -855,7 +944,8 @@ hl_forget(text *name, TimestampTz ended_before, bool raise_floor)
 		hl_version_release(&cur);
 		if (!cur.found || TransactionIdIsValid(cur.inflight) ||
 			cur.lease.state == LEASE_STATE_HELD ||
-			(ended_before != 0 && cur.lease.expires_at >= ended_before))
+			(ended_before != 0 && cur.lease.expires_at >= ended_before) ||
+			(floor_raised != 0 && cur.lease.generation > floor_raised))
 			break;
 		if (!locked)
 		{
@@ -865,58 +955,27 @@ hl_forget(text *name, TimestampTz ended_before, bool raise_floor)
 			locked = true;
 			continue;			/* look again, with the lock */
 		}
-		if (raise_floor && !hl_floor_raise_forgotten(cur.lease.generation))
+		if (floor_raised == 0 &&
+			!hl_floor_raise_forgotten(cur.lease.generation))
 			break;
 		done = (hl_row_delete(&rel, &cur.tid) == TM_Ok);
 		break;
 	}
 	if (done)
-	{
 		CommandCounterIncrement();
-		wrote_lease = true;
-	}
 
 	/*
 	 * The lock can go now, done or not: the uncommitted delete makes every
 	 * other caller contend until it commits, and no fence can hold a
-	 * released name.  (The worker forgets a thousand names a round.)
+	 * released name.  (The worker forgets a thousand names a round.)  Those
+	 * who wait for the name try again when this transaction ends, as after
+	 * a release: a waiter may have found the row being removed.
 	 */
 	if (locked)
+	{
 		hl_term_unlock(name, ExclusiveLock);
+		hl_wake_waiters_at_end(name);
+	}
 	hl_close(&rel, done);
 	return done;
-}
-
-/* ---------------------------------------------------------------------
- * End of transaction
- * ---------------------------------------------------------------------
- */
-static void
-xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_PREPARE:
-			if (wrote_lease)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that has changed a hoplock lease"),
-						 errdetail("A prepared transaction could hold a lease, or keep it from lapsing, for as long as it lasts.")));
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-		case XACT_EVENT_PREPARE:
-			wrote_lease = false;
-			break;
-		default:
-			break;
-	}
-}
-
-void
-hl_lease_init(void)
-{
-	RegisterXactCallback(xact_callback, NULL);
 }

@@ -17,9 +17,24 @@
  *		install script made it -- needs none of it and costs nothing more
  *		than the heap_update.
  *
- *		The update never waits: another transaction changing the row is
- *		reported (TM_BeingModified) rather than waited for.  Indexes are
+ *		An update or delete never waits: another transaction changing the
+ *		row, or holding a lock on it that the change conflicts with, is
+ *		reported (TM_BeingModified) rather than waited for.  The row is
+ *		locked first, without waiting, in the mode the executor's UPDATE or
+ *		DELETE locks it: LockTupleNoKeyExclusive for an update that changes
+ *		no key column (every update hoplock makes: the key is the name), so
+ *		that FOR KEY SHARE -- which a foreign key referencing the table
+ *		takes -- never stands in its way; LockTupleExclusive for a delete,
+ *		or for an update that changes a key column of a user's own unique
+ *		index.  heap_update and heap_delete then find only this
+ *		transaction's own lock, and have nothing to wait for.  Indexes are
  *		locked like the table, waiting a few milliseconds at most.
+ *
+ *		A transaction that wrote a row cannot be prepared: its term would be
+ *		held, or kept from lapsing, or the row it wrote and its lock kept,
+ *		for as long as the prepared transaction lasts.  Any row counts: a
+ *		call may write the generation floor first and then find the lease
+ *		contended, changing nothing else.
  *
  *		Triggers run as the table's owner, in a security-restricted
  *		operation with a safe search_path, as maintenance commands run
@@ -35,14 +50,22 @@
 #include "compat.h"
 
 #include "access/heapam.h"
+#include "access/sysattr.h"
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
+#include "nodes/bitmapset.h"
 #include "nodes/makefuncs.h"
 #include "storage/lmgr.h"
 #include "utils/guc.h"
+#include "utils/datum.h"
 #include "utils/rel.h"
+#include "utils/relcache.h"
+
+
+/* This transaction wrote a row of hoplock's tables: it cannot be prepared */
+static bool wrote_row = false;
 
 /* The executor state a write needs beyond the heap */
 typedef struct RowWrite
@@ -147,6 +170,94 @@ check_foreign_constraints(RowWrite *w, HeapTuple tuple)
 	ExecConstraints(w->rri, w->slot, w->estate);
 }
 
+/*
+ * Does "newtup" change a key column of "oldtup" -- one of a unique index a
+ * foreign key could reference?  Decided as heap_update decides which lock
+ * the update needs: the same columns, compared the same way (binary
+ * equality), so that the lock taken first is the one heap_update wants.
+ */
+static bool
+changes_key(Relation heap, HeapTuple oldtup, HeapTuple newtup)
+{
+	Bitmapset  *keys = RelationGetIndexAttrBitmap(heap, INDEX_ATTR_BITMAP_KEY);
+	TupleDesc	desc = RelationGetDescr(heap);
+	int			member = -1;
+	bool		changed = false;
+
+	while (!changed && (member = bms_next_member(keys, member)) >= 0)
+	{
+		AttrNumber	attnum = member + FirstLowInvalidHeapAttributeNumber;
+		Form_pg_attribute att;
+		Datum		old_value;
+		Datum		new_value;
+		bool		old_null;
+		bool		new_null;
+
+		if (attnum <= 0)
+		{
+			/* not a user column: take the stronger lock, which is never wrong */
+			changed = true;
+			break;
+		}
+		att = TupleDescAttr(desc, attnum - 1);
+		old_value = heap_getattr(oldtup, attnum, desc, &old_null);
+		new_value = heap_getattr(newtup, attnum, desc, &new_null);
+		if (old_null != new_null)
+			changed = true;
+		else if (!old_null)
+			changed = !datumIsEqual(old_value, new_value, att->attbyval,
+									att->attlen);
+	}
+	bms_free(keys);
+	return changed;
+}
+
+/*
+ * Lock the row version at "otid" without waiting, as SELECT ... FOR UPDATE
+ * SKIP LOCKED would, in the mode the executor locks a row it is about to
+ * change (see the file header): for an update to "newtup", or, with
+ * "newtup" NULL, a delete.  heap_update and heap_delete cannot be asked
+ * not to wait (with wait = false they assert that nobody else changes or
+ * locks the row; no caller of PostgreSQL's does that); with this lock held
+ * they find only this transaction's own.  Returns TM_Ok, or what stood in
+ * the way: TM_BeingModified for another transaction's change or
+ * conflicting lock, TM_Updated or TM_Deleted for a newer version.
+ */
+static TM_Result
+lock_row(Relation heap, ItemPointer otid, HeapTuple newtup, CommandId cid)
+{
+	HeapTupleData oldtup;
+	Buffer		buffer;
+	TM_FailureData tmfd;
+	TM_Result	result;
+
+	oldtup.t_self = *otid;
+	result = heap_lock_tuple(heap, &oldtup, cid,
+							 newtup != NULL ? LockTupleNoKeyExclusive :
+							 LockTupleExclusive,
+							 LockWaitSkip, false, &buffer, &tmfd);
+
+	/*
+	 * An update that changes a key column after all (a user's own unique
+	 * index on a column hoplock writes) needs the exclusive lock, as it
+	 * would from UPDATE: this transaction's weaker lock is upgraded.
+	 */
+	if (result == TM_Ok && newtup != NULL &&
+		changes_key(heap, &oldtup, newtup))
+	{
+		if (BufferIsValid(buffer))
+			ReleaseBuffer(buffer);
+		oldtup.t_self = *otid;
+		result = heap_lock_tuple(heap, &oldtup, cid, LockTupleExclusive,
+								 LockWaitSkip, false, &buffer, &tmfd);
+	}
+	if (BufferIsValid(buffer))
+		ReleaseBuffer(buffer);
+	if (result == TM_WouldBlock)
+		return TM_BeingModified;
+	return result;
+}
+
 /* Insert a new row (a name's first, or the floor's). */
 void
 hl_row_insert(HlRelation *rel, HeapTuple tuple)
@@ -159,6 +270,7 @@ hl_row_insert(HlRelation *rel, HeapTuple tuple)
 		check_foreign_constraints(&w, tuple);
 
 	heap_insert(rel->heap, tuple, w.estate->es_output_cid, 0, NULL);
+	wrote_row = true;
 
 	ExecStoreHeapTuple(tuple, w.slot, false);
 	open_indexes(rel, &w);
@@ -176,10 +288,46 @@ hl_row_insert(HlRelation *rel, HeapTuple tuple)
 }
 
 /*
+ * Insert several new rows (the event log's, at commit) with one executor
+ * state, as a multi-row INSERT does.
+ */
+void
+hl_row_insert_many(HlRelation *rel, HeapTuple *tuples, int ntuples)
+{
+	RowWrite	w;
+	bool		foreign = hl_table_has_foreign_constraints(rel);
+
+	begin_write(rel, &w);
+	open_indexes(rel, &w);
+	for (int i = 0; i < ntuples; i++)
+	{
+		List	   *recheck;
+
+		if (foreign)
+			check_foreign_constraints(&w, tuples[i]);
+		heap_insert(rel->heap, tuples[i], w.estate->es_output_cid, 0, NULL);
+		wrote_row = true;
+		ExecStoreHeapTuple(tuples[i], w.slot, false);
+		recheck = hl_insert_index_tuples(w.rri, w.slot, w.estate, false, false);
+		if (w.triggers)
+		{
+			AsOwner		o;
+
+			as_owner_begin(rel, &o);
+			ExecARInsertTriggers(w.estate, w.rri, w.slot, recheck, NULL);
+			as_owner_end(&o);
+		}
+		list_free(recheck);
+	}
+	end_write(rel, &w);
+}
+
+/*
  * Replace the row version at "otid" without waiting.  Returns TM_Ok, or
  * what stood in the way: TM_BeingModified when another transaction is
- * changing the row right now, TM_Updated when one committed a newer
- * version since the caller looked.
+ * changing the row right now, or holds a lock on it that an UPDATE would
+ * wait for, TM_Updated when one committed a newer version since the caller
+ * looked.
  */
 TM_Result
 hl_row_update(HlRelation *rel, ItemPointer otid, HeapTuple tuple)
@@ -188,7 +336,7 @@ hl_row_update(HlRelation *rel, ItemPointer otid, HeapTuple tuple)
 	bool		triggers = hl_table_has_after_triggers(rel);
 	RowWrite	w;
 	TM_FailureData tmfd;
-	HlIndexUpdate indexes;
+	HlIndexUpdate indexes = HL_INDEX_NONE;
 	TM_Result	result;
 	List	   *recheck = NIL;
 
@@ -200,8 +348,12 @@ hl_row_update(HlRelation *rel, ItemPointer otid, HeapTuple tuple)
 		check_foreign_constraints(&w, tuple);
 	}
 
-	result = hl_heap_update(rel->heap, otid, tuple,
-							GetCurrentCommandId(true), &tmfd, &indexes);
+	result = lock_row(rel->heap, otid, tuple, GetCurrentCommandId(true));
+	if (result == TM_Ok)
+		result = hl_heap_update(rel->heap, otid, tuple,
+								GetCurrentCommandId(true), &tmfd, &indexes);
+	if (result == TM_Ok)
+		wrote_row = true;
 
 	if (result == TM_Ok && (indexes != HL_INDEX_NONE || triggers))
 	{
@@ -241,29 +393,18 @@ hl_row_delete(HlRelation *rel, ItemPointer otid)
 	RowWrite	w;
 	TM_FailureData tmfd;
 	TM_Result	result;
-
-	HeapTupleData oldtup;
-	Buffer		buffer;
 	CommandId	cid = GetCurrentCommandId(true);
 
 	CheckCmdReplicaIdentity(rel->heap, CMD_DELETE);
 
-	/*
-	 * As for an update (hl_heap_update): lock the row without waiting first,
-	 * then delete it, finding at most this transaction's own lock, which an
-	 * earlier change of the row in this transaction may have left too.
-	 */
-	oldtup.t_self = *otid;
-	result = heap_lock_tuple(rel->heap, &oldtup, cid, LockTupleExclusive,
-							 LockWaitSkip, false, &buffer, &tmfd);
-	if (BufferIsValid(buffer))
-		ReleaseBuffer(buffer);
-	if (result == TM_WouldBlock)
-		return TM_BeingModified;
+	/* a delete changes the key: it locks the row as DELETE does */
+	result = lock_row(rel->heap, otid, NULL, cid);
 	if (result != TM_Ok)
 		return result;
 	result = heap_delete(rel->heap, otid, cid, InvalidSnapshot, true,
 						 &tmfd, false);
+	if (result == TM_Ok)
+		wrote_row = true;
 	if (result == TM_Ok && hl_table_has_after_triggers(rel))
 	{
 		AsOwner		o;
@@ -275,4 +416,34 @@ hl_row_delete(HlRelation *rel, ItemPointer otid)
 		end_write(rel, &w);
 	}
 	return result;
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (wrote_row)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that has changed a hoplock lease"),
+						 errdetail("A prepared transaction could hold a lease, or keep it from lapsing, for as long as it lasts.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			wrote_row = false;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+hl_rowwrite_init(void)
+{
+	RegisterXactCallback(xact_callback, NULL);
 }

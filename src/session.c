@@ -24,7 +24,13 @@
  *		Bindings are this file's own end-of-transaction work: the names a
  *		transaction bound are entered in the table before it commits
  *		(nothing is allocated at commit, where running out of memory would
- *		be a PANIC), and forgotten again if it aborts.
+ *		be a PANIC), and forgotten again if it aborts.  Whoever ends a term
+ *		(this session, a force-release, another owner taking over a lapsed
+ *		term), its name stays in the table until the table has grown to
+ *		twice what it held after the last pruning: then every name whose
+ *		row no longer binds this session is dropped, so the table stays
+ *		within twice the terms still bound (one lookup per binding, spread
+ *		out).
  *
  *-------------------------------------------------------------------------
  */
@@ -50,10 +56,15 @@ typedef struct BoundName
 	char		key[HL_MAX_NAME_BYTES + 1];	/* NUL-terminated; names hold
 											 * no NUL */
 	bool		committed;		/* its binding committed */
+	LocalTransactionId bound_in;	/* the transaction that bound it last */
 } BoundName;
 
 static HTAB *bound = NULL;		/* in TopMemoryContext */
 static int	uncommitted = 0;	/* entries with committed == false */
+
+/* Prune the table when it holds this many entries (prune_bound) */
+#define PRUNE_AT_LEAST	64
+static long prune_at = PRUNE_AT_LEAST;
 static bool exit_callbacks_registered = false;
 
 static void
@@ -145,6 +156,42 @@ end_bound_terms(int code, Datum arg)
 }
 
 /*
+ * Drop the names whose terms no longer bind this session: ended, or taken
+ * over, by anyone.  Only committed bindings are looked at, and a row this
+ * transaction wrote is left for later (the transaction may still roll
+ * back, and its write with it).  So is a name this transaction bound again:
+ * the lookup reads through the statement's snapshot, which does not see
+ * what this statement wrote (several calls in one statement), and would
+ * find the term before, ended.
+ */
+static void
+prune_bound(void)
+{
+	HASH_SEQ_STATUS status;
+	BoundName  *entry;
+
+	hash_seq_init(&status, bound);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		Lease		lease;
+
+		if (!entry->committed || entry->bound_in == hl_my_lxid())
+			continue;
+		if (hl_lease_lookup(cstring_to_text(entry->key), &lease))
+		{
+			if (TransactionIdIsCurrentTransactionId(lease.xmin))
+				continue;
+			if (lease.session_pid == MyProcPid &&
+				lease.session_start == MyStartTimestamp)
+				continue;
+		}
+		/* removing the entry just returned is allowed during a scan */
+		(void) hash_search(bound, entry->key, HASH_REMOVE, NULL);
+	}
+	prune_at = Max(PRUNE_AT_LEAST, 2 * hash_get_num_entries(bound));
+}
+
+/*
  * This transaction binds lease "name" to this session: remember it, now,
  * so that nothing is left to allocate at commit.
  */
@@ -176,6 +223,9 @@ hl_session_bind(text *name)
 	/* registered before the binding commits, so never seen unbound */
 	hl_session_register();
 
+	if (hash_get_num_entries(bound) >= prune_at)
+		prune_bound();
+
 	name_key(name, key);
 	entry = hash_search(bound, key, HASH_ENTER, &found);
 	if (!found)
@@ -183,6 +233,7 @@ hl_session_bind(text *name)
 		entry->committed = false;
 		uncommitted++;
 	}
+	entry->bound_in = hl_my_lxid();
 }
 
 static void

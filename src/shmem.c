@@ -78,19 +78,33 @@ seqs_offset(void)
 							 mul_size(total_procs(), sizeof(pg_atomic_uint64))));
 }
 
+/* Databases that can number events at once: twice those served, and some */
+static int
+event_dbs(void)
+{
+	return 2 * hl_max_databases + 8;
+}
+
+static Size
+evdbs_offset(void)
+{
+	return MAXALIGN(add_size(seqs_offset(),
+							 mul_size(total_procs(), sizeof(HlSeqEntry))));
+}
+
 static Size
 shared_size(void)
 {
-	return add_size(seqs_offset(),
-					mul_size(total_procs(), sizeof(HlSeqEntry)));
+	return add_size(evdbs_offset(),
+					mul_size(event_dbs(), sizeof(HlEventDb)));
 }
 
 static void
 request_shmem(void)
 {
 	RequestAddinShmemSpace(shared_size());
-	/* one for the whole, one for event numbers, one per slot */
-	RequestNamedLWLockTranche(HL_TRANCHE, 2 + hl_max_databases);
+	/* one for the whole, one for event numbers, one per slot and per evdb */
+	RequestNamedLWLockTranche(HL_TRANCHE, 2 + hl_max_databases + event_dbs());
 }
 
 #if PG_VERSION_NUM >= 150000
@@ -124,6 +138,8 @@ shmem_startup(void)
 		hl_shared->incarnation = (uint64) GetCurrentTimestamp();
 		for (int i = 0; i < HL_WAIT_BUCKETS; i++)
 			ConditionVariableInit(&hl_shared->waitcv[i]);
+		for (int i = 0; i < HL_EVENT_BUCKETS; i++)
+			ConditionVariableInit(&hl_shared->eventcv[i]);
 		hl_shared->nslots = hl_max_databases;
 		hl_shared->queue_size = hl_queue_size;
 		hl_shared->nprocs = total_procs();
@@ -133,12 +149,17 @@ shmem_startup(void)
 			pg_atomic_init_u64(&hl_shared->sessions[i], 0);
 		hl_shared->seq_lock = &locks[1].lock;
 		hl_shared->seqs = (HlSeqEntry *) ((char *) hl_shared + seqs_offset());
+		hl_shared->nevdbs = event_dbs();
+		hl_shared->evdbs = (HlEventDb *) ((char *) hl_shared + evdbs_offset());
+		for (int i = 0; i < hl_shared->nevdbs; i++)
+			hl_shared->evdbs[i].lock = &locks[2 + hl_max_databases + i].lock;
 		rings = (char *) hl_shared + rings_offset();
 		for (int i = 0; i < hl_max_databases; i++)
 		{
 			HlDbSlot   *slot = &hl_shared->slots[i];
 
 			slot->lock = &locks[2 + i].lock;
+			pg_atomic_init_u32(&slot->events_pending, 0);
 			for (int c = 0; c < HL_NCOUNTERS; c++)
 				pg_atomic_init_u64(&slot->counters[c], 0);
 			slot->ring = (HlMessage *)
@@ -207,7 +228,7 @@ hl_slot_reset(HlDbSlot *slot)
 }
 
 /*
- * Add one to a counter of this database (hoplock_stats).  The slot is
+ * Add one (or n) to a counter of this database (hoplock_stats).  The slot is
  * remembered; a slot given to another database meanwhile is noticed by its
  * dboid, read without a lock (an Oid is read atomically).  A database
  * without a slot (no worker serves it) keeps no counters, but tells the
@@ -216,6 +237,12 @@ hl_slot_reset(HlDbSlot *slot)
  */
 void
 hl_count(HlCounter counter)
+{
+	hl_count_by(counter, 1);
+}
+
+void
+hl_count_by(HlCounter counter, int64 n)
 {
 	static HlDbSlot *cached = NULL;
 	static TimestampTz told_launcher = 0;
@@ -237,7 +264,7 @@ hl_count(HlCounter counter)
 			return;
 		}
 	}
-	pg_atomic_fetch_add_u64(&cached->counters[counter], 1);
+	pg_atomic_fetch_add_u64(&cached->counters[counter], n);
 }
 
 /* This backend's entry in the per-PGPROC arrays */
@@ -318,6 +345,46 @@ hl_wait_cv(text *name)
 	if (hl_shared == NULL)
 		return NULL;
 	return &hl_shared->waitcv[hl_name_bucket(name, HL_WAIT_BUCKETS)];
+}
+
+/* The condition variable hoplock_watch sleeps on in database "dboid". */
+ConditionVariable *
+hl_event_cv(Oid dboid)
+{
+	if (hl_shared == NULL)
+		return NULL;
+	return &hl_shared->eventcv[dboid % HL_EVENT_BUCKETS];
+}
+
+/*
+ * A transaction of database "dboid" that took event numbers ended: wake
+ * the worker, which sends the events committed (once per batch: the flag
+ * stays set until it looks), and the sessions in hoplock_watch.  The slot
+ * is remembered; one given to another database meanwhile is noticed by
+ * its dboid, read without a lock.
+ */
+void
+hl_wake_event_readers(Oid dboid)
+{
+	static HlDbSlot *cached = NULL;
+
+	if (hl_shared == NULL)
+		return;
+	if (cached == NULL || cached->dboid != dboid)
+		cached = hl_slot_for(dboid);
+	if (cached != NULL &&
+		pg_atomic_exchange_u32(&cached->events_pending, 1) == 0)
+	{
+		Latch	   *latch = NULL;
+
+		LWLockAcquire(cached->lock, LW_SHARED);
+		if (cached->dboid == dboid)
+			latch = cached->latch;
+		LWLockRelease(cached->lock);
+		if (latch != NULL)
+			SetLatch(latch);
+	}
+	ConditionVariableBroadcast(hl_event_cv(dboid));
 }
 
 /* Wake the launcher, asking it to look at database "dboid" (or all). */

@@ -11,9 +11,14 @@
  *		Locking (LWLocks of the tranche "hoplock"):
  *		- hl_shared->lock: slot allocation (every slot's dboid and
  *		  generation) and the launcher's fields;
- *		- slot->lock: the rest of the slot, its mailbox included.
+ *		- slot->lock: the rest of the slot, its mailbox included, but
+ *		  events_pending, an atomic flag;
+ *		- hl_shared->seq_lock: which database has which evdbs[] entry;
+ *		- evdb->lock: a database's event numbers, and the seqs[] entries
+ *		  of its backends.
  *		A process may take a slot's lock while holding hl_shared->lock,
- *		never the other way round.  The session registry is a plain array
+ *		and an evdbs[] entry's while holding seq_lock, never the other way
+ *		round.  The session registry is a plain array
  *		of atomics, one per PGPROC, written only by its own backend.
  *
  *-------------------------------------------------------------------------
@@ -29,6 +34,7 @@
 #include "storage/lwlock.h"
 
 #define HL_WAIT_BUCKETS		1024
+#define HL_EVENT_BUCKETS	64
 #define HL_MAX_REQUESTS		16
 
 typedef enum HlMessageKind
@@ -82,6 +88,8 @@ typedef enum HlCounter
 	HL_COUNT_EXPIRIES,
 	HL_COUNT_WAITS,
 	HL_COUNT_WAKEUPS,
+	HL_COUNT_EVENTS_DELIVERED,
+	HL_COUNT_DELIVERIES,
 	HL_NCOUNTERS
 } HlCounter;
 
@@ -115,6 +123,8 @@ typedef struct HlDbSlot
 								 * needs the database alone */
 	TimestampTz next_wakeup;	/* 0 while awake: it drains before sleeping */
 	bool		overflowed;
+	pg_atomic_uint32 events_pending;	/* events committed since the worker
+										 * last looked (no lock) */
 	uint64		head;			/* mailbox: messages [tail, head) */
 	uint64		tail;
 	HlMessage  *ring;
@@ -139,6 +149,21 @@ typedef struct HlSeqEntry
 	int64		first_seq;		/* 0: none */
 } HlSeqEntry;
 
+/*
+ * A database's event numbers (events.c): the clock part of the last one
+ * taken.  Entries are claimed by the first number a database takes in
+ * this server run, under hl_shared->seq_lock, and given to another
+ * database when all are taken and this one has none in flight.
+ */
+typedef struct HlEventDb
+{
+	LWLock	   *lock;			/* the fields below, and the seqs[] entries
+								 * of backends of this database */
+	Oid			dboid;			/* 0: free */
+	int64		last_c;
+	TimestampTz last_used;
+} HlEventDb;
+
 typedef struct HlShared
 {
 	LWLock	   *lock;			/* slot allocation, launcher fields */
@@ -154,11 +179,15 @@ typedef struct HlShared
 	int			nprocs;			/* entries of sessions[] and seqs[] */
 	pg_atomic_uint64 *sessions; /* per PGPROC: start time of a backend that
 								 * bound a term, 0 otherwise */
-	LWLock	   *seq_lock;		/* event numbers: taking one, and seqs[] */
+	LWLock	   *seq_lock;		/* which database has which evdbs[] entry */
 	HlSeqEntry *seqs;			/* per PGPROC */
+	int			nevdbs;
+	HlEventDb  *evdbs;
 	int			nunserved;		/* under lock */
 	HlUnserved	unserved[HL_MAX_UNSERVED];
 	ConditionVariable waitcv[HL_WAIT_BUCKETS];
+	ConditionVariable eventcv[HL_EVENT_BUCKETS];	/* hoplock_watch sleeps
+													 * on its database's */
 	HlDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } HlShared;
 
@@ -179,10 +208,13 @@ extern void hl_post(Oid dboid, const HlMessage *msg);
 extern bool hl_take(HlDbSlot *slot, HlMessage *msg, bool *overflowed);
 extern bool hl_mailbox_empty(HlDbSlot *slot);
 extern ConditionVariable *hl_wait_cv(text *name);
+extern ConditionVariable *hl_event_cv(Oid dboid);
+extern void hl_wake_event_readers(Oid dboid);
 extern void hl_wake_launcher(Oid dboid);
 extern void hl_nudge_launcher(void);
 extern void hl_stop_worker(Oid dboid, HlStopReason reason);
 extern void hl_count(HlCounter counter);
+extern void hl_count_by(HlCounter counter, int64 n);
 extern int	hl_proc_index(void);
 extern void hl_session_register(void);
 extern void hl_session_unregister(void);

@@ -7,9 +7,12 @@
  *		planner on the hot path.  Finding and trusting the table is
  *		table.c's job; writing a row as the executor would is rowwrite.c's.
  *
- *		Rows are never locked: a writer updates without waiting and reports
- *		a row that another transaction is changing.  Inserting a new name
- *		is serialized by the name's term lock (see lease.c), so the unique
+ *		A writer locks a row only for the moment of its change, without
+ *		waiting, as UPDATE locks it (rowwrite.c), and reports a row that
+ *		another transaction is changing or holds a conflicting lock on.
+ *		FOR KEY SHARE (a foreign key that references lease names) is no
+ *		conflict: no update changes the name.  Inserting a new name is
+ *		serialized by the name's term lock (see lease.c), so the unique
  *		index check never finds another inserter in flight and never waits.
  *
  *		A row is never trusted: a null where the table says NOT NULL (a
@@ -24,6 +27,7 @@
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
+#include "access/multixact.h"
 #include "access/relscan.h"
 #include "access/table.h"
 #include "access/tableam.h"
@@ -32,6 +36,7 @@
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
+#include "storage/procarray.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
@@ -52,28 +57,9 @@ enum
 	Anum_lease_session_pid,
 	Anum_lease_session_start,
 	Anum_lease_owner_roleid,
-	Natts_lease = Anum_lease_owner_roleid
+	Anum_lease_version,
+	Natts_lease = Anum_lease_version
 };
-
-/*
- * The full transaction ID of a row version's xmin: the one that puts it
- * less than 2^32 transactions before nextXid.  A version left unchanged for
- * longer (frozen, its raw xmin kept) is given a later epoch than it was
- * written in, so its handle changes and a hoplock_write with the handle read
- * before is refused; it is never taken for another version, since no version
- * of the lease was written after the current one.
- */
-static FullTransactionId
-full_xid_of(TransactionId xid)
-{
-	FullTransactionId next = ReadNextFullTransactionId();
-	uint64		next64 = U64FromFullTransactionId(next);
-	uint32		behind = XidFromFullTransactionId(next) - xid;
-
-	if (!TransactionIdIsNormal(xid) || behind > next64)
-		return FullTransactionIdFromEpochAndXid(0, xid);
-	return FullTransactionIdFromU64(next64 - behind);
-}
 
 static Datum
 column(TupleTableSlot *slot, int attnum, const char *colname)
@@ -117,9 +103,11 @@ lease_from_slot(TupleTableSlot *slot, Lease *lease)
 		lease->session_start = DatumGetTimestampTz(slot->tts_values[Anum_lease_session_start - 1]);
 	}
 
+	lease->version = slot->tts_isnull[Anum_lease_version - 1] ? 0 :
+		DatumGetInt64(slot->tts_values[Anum_lease_version - 1]);
+
 	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
 	lease->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
-	lease->full_xmin = InvalidFullTransactionId;
 	if (should_free)
 		heap_freetuple(tuple);
 }
@@ -172,6 +160,87 @@ hl_store_fetch(HlRelation *rel, text *name, Snapshot snapshot,
 	ExecDropSingleTupleTableSlot(slot);
 }
 
+/*
+ * Does a lock of strength "status" keep a hoplock update (which locks the
+ * row LockTupleNoKeyExclusive) from going ahead?  Everything but FOR KEY
+ * SHARE does.
+ */
+static bool
+blocks_update(MultiXactStatus status)
+{
+	return status != MultiXactStatusForKeyShare;
+}
+
+/*
+ * Another transaction, still running, that holds a lock on the row of
+ * "version" which a hoplock update of it must wait for -- FOR SHARE, FOR NO
+ * KEY UPDATE or FOR UPDATE, alone or as a member of a MultiXact of lockers
+ * (an updater among them too) --, or InvalidTransactionId.  The dirty
+ * snapshot does not say: it reports updaters only.  The row's xmax is read
+ * as pgrowlocks reads it.  A snapshot of a moment, for reports.
+ */
+TransactionId
+hl_store_locker(const LeaseVersion *version)
+{
+	Page		page;
+	ItemId		lp;
+	HeapTupleHeader htup;
+	uint16		infomask = HEAP_XMAX_INVALID;
+	TransactionId xmax = InvalidTransactionId;
+	TransactionId locker = InvalidTransactionId;
+
+	if (!version->found || !BufferIsValid(version->buffer))
+		return InvalidTransactionId;
+
+	LockBuffer(version->buffer, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(version->buffer);
+	if (ItemPointerGetOffsetNumber(&version->tid) <= PageGetMaxOffsetNumber(page))
+	{
+		lp = PageGetItemId(page, ItemPointerGetOffsetNumber(&version->tid));
+		if (ItemIdIsNormal(lp))
+		{
+			htup = (HeapTupleHeader) PageGetItem(page, lp);
+			infomask = htup->t_infomask;
+			xmax = HeapTupleHeaderGetRawXmax(htup);
+		}
+	}
+	LockBuffer(version->buffer, BUFFER_LOCK_UNLOCK);
+
+	if ((infomask & HEAP_XMAX_INVALID) || HEAP_LOCKED_UPGRADED(infomask) ||
+		!TransactionIdIsValid(xmax))
+		return InvalidTransactionId;
+
+	if (infomask & HEAP_XMAX_IS_MULTI)
+	{
+		MultiXactMember *members;
+		int			n;
+
+		n = GetMultiXactIdMembers((MultiXactId) xmax, &members, false,
+								  HEAP_XMAX_IS_LOCKED_ONLY(infomask));
+		for (int i = 0; i < n; i++)
+		{
+			if (blocks_update(members[i].status) &&
+				!TransactionIdIsCurrentTransactionId(members[i].xid) &&
+				TransactionIdIsInProgress(members[i].xid))
+			{
+				locker = members[i].xid;
+				break;
+			}
+		}
+		if (n > 0)
+			pfree(members);
+		return locker;
+	}
+
+	/* a single locker; a single updater the dirty snapshot reports */
+	if (!HEAP_XMAX_IS_LOCKED_ONLY(infomask) ||
+		HEAP_XMAX_IS_KEYSHR_LOCKED(infomask) ||
+		TransactionIdIsCurrentTransactionId(xmax) ||
+		!TransactionIdIsInProgress(xmax))
+		return InvalidTransactionId;
+	return xmax;
+}
+
 /* Unpin the page of a version hl_store_fetch() found. */
 void
 hl_version_release(LeaseVersion *version)
@@ -204,6 +273,8 @@ form_tuple(HlRelation *rel, const Lease *lease)
 		nulls[Anum_lease_session_pid - 1] = true;
 		nulls[Anum_lease_session_start - 1] = true;
 	}
+	values[Anum_lease_version - 1] = Int64GetDatum(lease->version);
+	nulls[Anum_lease_version - 1] = (lease->version == 0);
 
 	return heap_form_tuple(RelationGetDescr(rel->heap), values, nulls);
 }
@@ -218,8 +289,7 @@ hl_store_insert(HlRelation *rel, Lease *lease)
 	HeapTuple	tuple = form_tuple(rel, lease);
 
 	hl_row_insert(rel, tuple);
-	lease->full_xmin = GetCurrentFullTransactionId();
-	lease->xmin = XidFromFullTransactionId(lease->full_xmin);
+	lease->xmin = GetCurrentTransactionId();
 	CommandCounterIncrement();
 }
 
@@ -233,28 +303,33 @@ hl_store_update(HlRelation *rel, ItemPointer otid, Lease *lease)
 	result = hl_row_update(rel, otid, tuple);
 	if (result == TM_Ok)
 	{
-		lease->full_xmin = GetCurrentFullTransactionId();
-		lease->xmin = XidFromFullTransactionId(lease->full_xmin);
+		lease->xmin = GetCurrentTransactionId();
 		CommandCounterIncrement();
 	}
 	return result;
 }
 
 /*
- * The handle: the generation and the epoch-qualified xmin of the row
- * version.  Every committed change of a lease makes a new row version with
- * a new xmin, so two committed states never share a handle.
+ * The handle: "h2:" and the row version's version and generation.  Every
+ * write of a lease gives its row a new version, minted above the last
+ * (branch.c): two committed states of a lease never share a handle, on any
+ * copy of the data.  A row not written since 1.1 has version 0.  (1.1's
+ * handles, "generation:xid", can never match one.)
  */
 void
 hl_format_handle(const Lease *lease, char *buf)
 {
-	FullTransactionId xmin = lease->full_xmin;
+	char	   *p = buf;
 
-	/* the epoch costs a look at nextXid: only for handles someone needs */
-	if (!FullTransactionIdIsValid(xmin))
-		xmin = full_xid_of(lease->xmin);
-	snprintf(buf, LEASE_HANDLE_LEN, INT64_FORMAT ":" UINT64_FORMAT,
-			 lease->generation, U64FromFullTransactionId(xmin));
+	/* pg_lltoa rather than snprintf: every renewal returns a handle */
+	StaticAssertStmt(LEASE_HANDLE_LEN >= 3 + 20 + 1 + 20 + 1,	/* int64: 20 */
+					 "LEASE_HANDLE_LEN is too short");
+	memcpy(p, "h2:", 3);
+	p += 3;
+	pg_lltoa(lease->version, p);
+	p += strlen(p);
+	*p++ = ':';
+	pg_lltoa(lease->generation, p);
 }
 
 /*
@@ -324,31 +399,57 @@ hl_store_scan(text *after, int limit,
 }
 
 /*
- * How many rows belong to role "roleid" (their last term was its), counting
- * no further than "limit".  A sequential scan: only hoplock.max_names_per_role
- * asks, and only when a role creates a name.
+ * How many names belong to role "roleid" (their last term was its), counting
+ * no further than "limit".  Read through a dirty snapshot, so that a name
+ * another transaction is creating counts too; that snapshot also sees both
+ * versions of a row being changed (the old one, which the change deletes,
+ * and the new one), so each name is counted once: read in name order
+ * through the primary key, the versions of a name come one after another.
+ * A name in flight from one role to another counts for both until that
+ * commits.  A whole-index scan: only hoplock.max_names_per_role asks, and
+ * only when a role creates a name.
  */
 int64
 hl_store_count_role(HlRelation *rel, Oid roleid, int64 limit)
 {
-	TableScanDesc scan;
+	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	SnapshotData dirty;
+	text	   *counted = NULL; /* the name counted last */
 	int64		n = 0;
 
 	InitDirtySnapshot(dirty);
 	slot = table_slot_create(rel->heap, NULL);
-	scan = table_beginscan(rel->heap, &dirty, 0, NULL);
-	while (n < limit && table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	scan = hl_index_beginscan(rel->heap, rel->index, &dirty, 0);
+	index_rescan(scan, NULL, 0, NULL, 0);
+	while (n < limit && index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
-		Datum		d = slot_getattr(slot, Anum_lease_owner_roleid, &isnull);
+		Datum		d;
+		text	   *name;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!isnull && DatumGetObjectId(d) == roleid)
+		d = slot_getattr(slot, Anum_lease_owner_roleid, &isnull);
+		if (isnull || DatumGetObjectId(d) != roleid)
+			continue;
+		d = slot_getattr(slot, Anum_lease_name, &isnull);
+		if (isnull)
+			continue;
+		name = DatumGetTextPP(d);
+		if (counted == NULL || !hl_text_equal(counted, name))
+		{
+			/* not another version of the name counted last */
+			if (counted != NULL)
+				pfree(counted);
+			counted = (text *) PG_DETOAST_DATUM_COPY(d);
 			n++;
+		}
+		if ((Pointer) name != DatumGetPointer(d))
+			pfree(name);
 	}
-	table_endscan(scan);
+	if (counted != NULL)
+		pfree(counted);
+	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	return n;
 }

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * table.c
- *		Finding hoplock's tables -- hoplock_internal.lease and
- *		hoplock_internal.floor -- and checking that they can be trusted,
+ *		Finding hoplock's tables -- hoplock_internal.lease, floor, history
+ *		and branch -- and checking that they can be trusted,
  *		before anything reads or writes them directly.
  *
  *		A table is hoplock's only if the extension hoplock owns it
@@ -63,7 +63,7 @@
 #include "utils/syscache.h"
 
 /* The SQL objects this library works with */
-#define HL_SQL_VERSION		"1.1.0"
+#define HL_SQL_VERSION		"1.2.0"
 
 /* Longest wait for a lock on one of the tables */
 #define HL_LOCK_WAIT_MS		10
@@ -89,6 +89,7 @@ static const ColumnSpec lease_columns[] = {
 	{"session_pid", INT4OID, false},
 	{"session_start", TIMESTAMPTZOID, false},
 	{"owner_roleid", OIDOID, true},
+	{"version", INT8OID, false},
 };
 
 static const ColumnSpec history_columns[] = {
@@ -110,6 +111,36 @@ static const ColumnSpec floor_columns[] = {
 	{"base_timeline", INT8OID, true},
 	{"last_timeline", INT8OID, true},
 	{"forgotten", INT8OID, true},
+};
+
+static const ColumnSpec branch_columns[] = {
+	{"tag", INT4OID, true},
+	{"started_at", TIMESTAMPTZOID, true},
+	{"floor", INT8OID, true},
+	{"parent_tag", INT4OID, false},
+	{"parent_started_at", TIMESTAMPTZOID, false},
+	{"fork_point", INT8OID, false},
+	{"reason", TEXTOID, true},
+	{"incarnation", INT8OID, true},
+	{"timeline", INT8OID, true},
+	{"system_identifier", INT8OID, true},
+	{"database", OIDOID, true},
+};
+
+static const ColumnSpec event_columns[] = {
+	{"seq", INT8OID, true},
+	{"event", TEXTOID, true},
+	{"name", TEXTOID, true},
+	{"owner", TEXTOID, true},
+	{"generation", INT8OID, true},
+	{"expires_at", TIMESTAMPTZOID, true},
+	{"at", TIMESTAMPTZOID, true},
+};
+
+static const ColumnSpec delivery_columns[] = {
+	{"delivered", INT8OID, true},
+	{"delivered_at", TIMESTAMPTZOID, true},
+	{"pruned_through", INT8OID, true},
 };
 
 /* A primary key hoplock looks rows up with: key columns and opfamilies */
@@ -136,6 +167,8 @@ static const char *const lease_checks[] = {
 	"lease_state_check", "lease_generation_check", NULL
 };
 static const char *const floor_checks[] = {"floor_check", NULL};
+static const char *const branch_checks[] = {"branch_check", NULL};
+static const char *const delivery_checks[] = {"delivery_check", NULL};
 static const char *const no_checks[] = {NULL};
 
 static const TableSpec specs[HL_NRELS] = {
@@ -146,6 +179,12 @@ static const TableSpec specs[HL_NRELS] = {
 	{"history", history_columns, lengthof(history_columns), no_checks,
 	{2, {1, 2}, {TEXT_BTREE_FAM_OID, INTEGER_BTREE_FAM_OID},
 	"\"name\", \"generation\""}},
+	{"branch", branch_columns, lengthof(branch_columns), branch_checks,
+	{0}},
+	{"event", event_columns, lengthof(event_columns), no_checks,
+	{1, {1}, {INTEGER_BTREE_FAM_OID}, "\"seq\""}},
+	{"delivery", delivery_columns, lengthof(delivery_columns), delivery_checks,
+	{0}},
 };
 
 /* What the shape check found out about a table (a backend-local cache) */
@@ -492,6 +531,9 @@ check_shape(HlRelation *rel)
 		untrusted(errmsg("table \"%s\" has rules", qualified_name(heap)));
 	check_columns(heap, spec, info);
 	check_triggers(heap, info);
+	if (rel->which == HL_REL_EVENT && info->after_triggers)
+		untrusted(errmsg("table \"%s\" has triggers", qualified_name(heap)),
+				  errdetail("hoplock writes the event log as a transaction commits, where no trigger can fire."));
 	check_constraints(heap, spec, info);
 	if (rel->index != NULL)
 		check_primary_key(heap, rel->index, &spec->key);

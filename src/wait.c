@@ -6,12 +6,18 @@
  *
  *		Sleeping is on a condition variable in shared memory, one of
  *		HL_WAIT_BUCKETS chosen by the lease's name.  It is broadcast at the
- *		end of every transaction that held the lease's term lock (a
- *		release, a force-release, a new term, a fence), and when the worker
- *		announces an expiry.  A sleeper also wakes by itself when the
- *		holder's term lapses, so an expiry needs no worker.  Woken waiters
- *		race through the ordinary compare-and-swap; one wins, the others
- *		sleep again.
+ *		end of every transaction that held the lease's term lock in
+ *		ExclusiveLock (a release, a force-release, a new term, a forget),
+ *		when the worker announces an expiry, when a renewal moves the expiry
+ *		earlier, and at the end of a fence that outlived the term it
+ *		fenced (only then could it have kept a waiter out).  A renewal, or a
+ *		fence of a running term, wakes nobody: a waiter costs nothing while
+ *		its lease does not change hands.  A sleeper also wakes by itself
+ *		when the holder's term lapses, so an expiry needs no worker.  Woken
+ *		waiters race through the ordinary compare-and-swap; one wins, the
+ *		others sleep again.  A waiter that found the lease free but could
+ *		not take it (a term change or fence in flight, the table locked)
+ *		tries again at least every second.
  *
  *		A sleeping waiter holds no lock: an attempt that fails gives back
  *		every lock it took, so that it holds up neither DDL on the lease
@@ -20,11 +26,18 @@
  *		The sleep is the condition variable's: interruptible, so query
  *		cancel, statement_timeout and pg_terminate_backend end it, and
  *		transaction abort and backend exit take the sleeper off the list.
+ *		A waiter whose client has gone takes no lease: it looks at the
+ *		connection every second while it sleeps, after each wake-up, and
+ *		once it has the lease, before its transaction commits, and ends
+ *		the backend as PostgreSQL does when the client has gone.
  *
  *		The wake-ups of a transaction are this file's own end-of-transaction
  *		work: broadcast at commit and at abort (either way the lease may now
  *		be had), after the transaction's locks are released, or a woken
- *		waiter would find the term lock still taken.
+ *		waiter would find the term lock still taken.  Those queued in a
+ *		subtransaction are broadcast when it aborts (ROLLBACK TO SAVEPOINT),
+ *		after its locks are released: its change is gone, and the rest of
+ *		the transaction may last long.
  *
  *		Without shared_preload_libraries there is no shared memory: then
  *		hoplock_wait polls with exponential backoff, and says so once per
@@ -50,10 +63,12 @@
 
 #define POLL_FIRST_MS	10
 #define POLL_MAX_MS		1000
-/* Cap on a sleep with nothing known to wake it */
+/* Cap on a sleep when the lease was free but could not be had */
 #define SLEEP_MAX_MS	1000
 /* Sleep while the lease table is locked by maintenance */
 #define BUSY_SLEEP_MS	10
+/* Look at the client this often while sleeping */
+#define CLIENT_CHECK_MS	1000
 
 static bool polling_notice_given = false;
 
@@ -62,13 +77,77 @@ typedef struct PendingWake
 {
 	struct PendingWake *next;
 	ConditionVariable *cv;
+	TimestampTz lapsed_by;		/* only if the clock is past this; 0:
+								 * always */
+	SubTransactionId subid;		/* the subtransaction that queued it */
 } PendingWake;
 
 static PendingWake *pending_wakes = NULL;	/* in TopTransactionContext */
 
+/* The subtransaction being aborted, until its locks are released */
+static SubTransactionId aborting_subid = InvalidSubTransactionId;
+
+/*
+ * End the backend, as PostgreSQL ends one whose client went
+ * (client_connection_check_interval, whether set or not), if its client
+ * has gone: FATAL "connection to client lost", the transaction aborted.
+ */
+static void
+check_client(void)
+{
+	if (!hl_client_gone())
+		return;
+	ClientConnectionLost = true;
+	InterruptPending = true;
+	CHECK_FOR_INTERRUPTS();
+	/* interrupts held off: end the call at least */
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("connection to client lost")));
+}
+
+/*
+ * Sleep on "cv" (prepared) until it is broadcast, or "until".  Every
+ * CLIENT_CHECK_MS meanwhile, look at the client, and sleep on: that is no
+ * wake-up, and costs one poll of the socket.
+ */
+static void
+sleep_on(ConditionVariable *cv, TimestampTz until)
+{
+	for (;;)
+	{
+		long		ms = Min(hl_ms_until(GetCurrentTimestamp(), until),
+							 CLIENT_CHECK_MS);
+
+		if (!ConditionVariableTimedSleep(cv, ms, PG_WAIT_EXTENSION))
+		{
+			hl_count(HL_COUNT_WAKEUPS);
+			return;
+		}
+		if (GetCurrentTimestamp() >= until)
+			return;
+		check_client();
+
+		/*
+		 * The check may have reset the latch (pq_check_connection does),
+		 * which a broadcast since the sleep timed out had set: set it again,
+		 * and the sleep finds out at once whether one came (if none did, it
+		 * sleeps on without returning).
+		 */
+		SetLatch(MyLatch);
+	}
+}
+
 /*
  * Try the acquire; if it fails, sleep until the lease may be free, or the
  * deadline.  Returns true with *result when the lease was acquired.
+ *
+ * A waiter whose client has gone takes no lease: it looks at the
+ * connection at least every CLIENT_CHECK_MS while it sleeps, after every
+ * sleep, and once more when it has the lease, before the term can begin
+ * (at commit); if the client has gone it ends like a backend with
+ * client_connection_check_interval set.  (PostgreSQL 13 has no such
+ * check: see hl_client_gone.)
  */
 bool
 hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
@@ -108,6 +187,10 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 		TimestampTz wake;
 		long		ms;
 
+		/* woken: is there still someone to take the lease for? */
+		if (waited)
+			check_client();
+
 		/* ready to sleep before looking, or a wake-up could be missed */
 		if (cv != NULL)
 			ConditionVariablePrepareToSleep(cv);
@@ -118,6 +201,13 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 		MemoryContextSwitchTo(old);
 		if (outcome == LEASE_DONE)
 		{
+			/*
+			 * The term begins when this transaction commits: not for a
+			 * client that has gone meanwhile (the check ends the
+			 * transaction, and the backend).
+			 */
+			check_client();
+
 			/* copy the result out of the loop's context */
 			*result = seen;
 			result->name = req->name;
@@ -130,14 +220,21 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 		if (now >= deadline)
 			break;
 
-		/* the holder's term lapses by itself: be there when it does */
+		/*
+		 * Held by another: sleep until its term lapses, unless woken before
+		 * (a release, an announced expiry, a renewal moving the expiry
+		 * earlier).  Free but not to be had (a term change or a fence in
+		 * flight): until it is woken, or a second at most.  Nothing seen: the
+		 * table was locked, and nobody will say when not.
+		 */
 		wake = deadline;
 		if (found && hl_lease_is_held(&seen, now))
 			wake = Min(wake, seen.expires_at);
 		ms = hl_ms_until(now, wake);
-		/* nothing seen: the table was locked, and nobody will say when not */
 		if (!found && outcome == LEASE_CONTENDED)
 			ms = Min(ms, BUSY_SLEEP_MS);
+		else if (!(found && hl_lease_is_held(&seen, now)))
+			ms = Min(ms, SLEEP_MAX_MS);
 
 		if (!waited)
 		{
@@ -145,13 +242,10 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 			waited = true;
 		}
 		if (cv != NULL)
-		{
-			if (!ConditionVariableTimedSleep(cv, Min(ms, SLEEP_MAX_MS),
-											 PG_WAIT_EXTENSION))
-				hl_count(HL_COUNT_WAKEUPS);
-		}
+			sleep_on(cv, TimestampTzPlusMilliseconds(now, ms));
 		else
 		{
+			/* at most POLL_MAX_MS, so the client is looked at as often */
 			(void) WaitLatch(MyLatch,
 							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 Min(ms, poll_ms), PG_WAIT_EXTENSION);
@@ -167,6 +261,21 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 	return acquired;
 }
 
+static void
+queue_wake(text *name, TimestampTz lapsed_by)
+{
+	PendingWake *item;
+
+	if (hl_shared == NULL)
+		return;
+	item = MemoryContextAlloc(TopTransactionContext, sizeof(PendingWake));
+	item->cv = hl_wait_cv(name);
+	item->lapsed_by = lapsed_by;
+	item->subid = GetCurrentSubTransactionId();
+	item->next = pending_wakes;
+	pending_wakes = item;
+}
+
 /*
  * Wake the waiters of lease "name" when this transaction ends, by commit or
  * abort.  Broadcasting a condition variable nobody sleeps on costs next to
@@ -176,29 +285,89 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 void
 hl_wake_waiters_at_end(text *name)
 {
-	PendingWake *item;
+	queue_wake(name, 0);
+}
 
-	if (hl_shared == NULL)
-		return;
-	item = MemoryContextAlloc(TopTransactionContext, sizeof(PendingWake));
-	item->cv = hl_wait_cv(name);
-	item->next = pending_wakes;
-	pending_wakes = item;
+/*
+ * The same, for a fence of a term that runs until "expires_at": only if
+ * the transaction ends after that.  While the term runs, a waiter finds the
+ * lease held, not fenced, and has nothing to try again.  (A renewal that
+ * extended the term during the fence makes the wake-up needless, never
+ * missing; one that moved the expiry earlier left waiters that the fence
+ * kept out trying again every second.)
+ */
+void
+hl_wake_waiters_if_lapsed_at_end(text *name, TimestampTz expires_at)
+{
+	queue_wake(name, Max(expires_at, 1));
+}
+
+/* Broadcast one queued wake-up, if it is due */
+static void
+broadcast(PendingWake *item, TimestampTz *now)
+{
+	if (item->lapsed_by != 0)
+	{
+		if (*now == 0)
+			*now = GetCurrentTimestamp();
+		if (*now < item->lapsed_by)
+			return;
+	}
+	ConditionVariableBroadcast(item->cv);
 }
 
 /*
  * After the top-level transaction's locks are released: wake the waiters.
+ * After an aborting subtransaction's: wake those of the wake-ups it and
+ * its children queued (subtransaction IDs grow), and forget them.
  * TopTransactionContext, where the items live, is still there.
  */
 static void
 resource_release_callback(ResourceReleasePhase phase, bool isCommit,
 						  bool isTopLevel, void *arg)
 {
-	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+	TimestampTz now = 0;
+
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS)
 		return;
+	if (!isTopLevel)
+	{
+		PendingWake **link = &pending_wakes;
+
+		/* not a portal's resources, say: the subtransaction's own */
+		if (isCommit || aborting_subid == InvalidSubTransactionId)
+			return;
+		while (*link != NULL)
+		{
+			PendingWake *item = *link;
+
+			if (item->subid >= aborting_subid)
+			{
+				broadcast(item, &now);
+				*link = item->next;
+			}
+			else
+				link = &item->next;
+		}
+		aborting_subid = InvalidSubTransactionId;
+		return;
+	}
 	for (PendingWake *item = pending_wakes; item != NULL; item = item->next)
-		ConditionVariableBroadcast(item->cv);
+		broadcast(item, &now);
 	pending_wakes = NULL;
+	aborting_subid = InvalidSubTransactionId;
+}
+
+/*
+ * A subtransaction aborts: its locks are released next, then
+ * resource_release_callback wakes its waiters.
+ */
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		aborting_subid = mySubid;
 }
 
 static void
@@ -213,5 +382,6 @@ void
 hl_wait_init(void)
 {
 	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
 	RegisterResourceReleaseCallback(resource_release_callback, NULL);
 }

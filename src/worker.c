@@ -31,11 +31,21 @@
  *		the later the longer it has been lapsed (10 ms to 1 s), so a lease
  *		held up for long costs the worker almost nothing.
  *
+ *		Housekeeping (forgetting old released names, trimming the history)
+ *		forgets each name in a subtransaction of its own: a row that cannot
+ *		be removed (a user's foreign key references it) is reported and
+ *		left, and stops neither the other names nor the trimming.
+ *
  *		The loop is worker_spi's: latch, SIGHUP reloads, SIGTERM (die) ends
  *		the worker at once, even inside a commit waiting for a synchronous
- *		standby.  An error does not end it: it is logged, and the worker
- *		tries again after a pause that doubles up to hoplock.naptime (so a
- *		damaged table is reported, not crashed on in a loop).
+ *		standby.  A table locked by maintenance (LOCK TABLE, VACUUM FULL) is
+ *		contention, not an error: each round first locks the tables it
+ *		works on, without waiting more than a call would, and if it cannot,
+ *		leaves its work as it is and looks again BUSY_RETRY_US later, so a
+ *		term that lapsed meanwhile is announced as soon as the lock goes.
+ *		An error does not end it: it is logged, and the worker tries again
+ *		after a pause that doubles up to hoplock.naptime (so a damaged
+ *		table is reported, not crashed on in a loop).
  *
  *-------------------------------------------------------------------------
  */
@@ -45,6 +55,7 @@
 
 #include "hoplock.h"
 #include "compat.h"
+#include "eventlog.h"
 #include "schedule.h"
 #include "shmem.h"
 
@@ -62,17 +73,19 @@
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "tcop/tcopprot.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 /*
- * Leases looked at per transaction.  Small: the rows of the terms a
- * transaction announces stay locked until it commits, and an acquire of one
- * of them waits for that (lease.c, ANNOUNCE_WAIT_MS).
+ * Leases looked at, or names forgotten, per transaction.  Small: the rows a
+ * transaction announces or forgets stay locked until it commits, and an
+ * acquire of one of them waits for that (lease.c, ANNOUNCE_WAIT_POLLS).
  */
 #define BATCH			64
 
@@ -82,6 +95,12 @@
 /* A lease being changed right now is looked at again this much later */
 #define RETRY_MIN_US	(10 * 1000)
 #define RETRY_MAX_US	(1000 * 1000)
+
+/*
+ * A table locked by maintenance (LOCK TABLE, VACUUM FULL, CLUSTER...) is
+ * contention, not an error: the worker looks again this much later.
+ */
+#define BUSY_RETRY_US	(20 * 1000)
 
 /* Pause after an error: doubles from this up to hoplock.naptime */
 #define ERROR_PAUSE_MIN_MS	1000
@@ -113,16 +132,31 @@ static bool gone = false;
 /* The generation floor was brought up to date since the worker started */
 static bool floor_refreshed = false;
 
+/* The last round found a table locked by maintenance */
+static bool table_busy = false;
+
 /* Memory of one round, reset at the start of each */
 static MemoryContext round_context = NULL;
 
 /* Housekeeping: forgetting old released names, trimming the history */
 #define HOUSEKEEPING_EVERY_US	(10 * USECS_PER_SEC)
-static TimestampTz next_housekeeping = 0;
 #define PRUNE_BATCH		5000
+static TimestampTz next_sweep = 0;
+static TimestampTz next_trim = 0;
 static bool in_sweep = false;
-static bool sweep_done = false;
+static bool in_trim = false;
 static text *sweep_after = NULL;	/* in TopMemoryContext */
+
+/*
+ * Sending the events (delivery.c): after each round, if a transaction that
+ * took event numbers ended since the last look (the slot's flag), or the
+ * last batch was full, or it failed; at start, to send what was left.
+ * With the NOTIFY queue too full, again DELIVERY_PAUSE_US later.
+ */
+#define DELIVERY_PAUSE_US		(1000 * 1000)
+static bool delivery_due = true;
+static TimestampTz delivery_paused_until = 0;
+static TimestampTz next_event_prune = 0;
 
 /* Reading the table again */
 static bool pass_wanted = true; /* start one at the next round */
@@ -268,61 +302,211 @@ sweep_row(const Lease *lease, void *arg)
 		round->greatest = Max(round->greatest, lease->generation);
 		MemoryContextSwitchTo(old);
 	}
-	return true;
+	/* a round forgets at most BATCH names: stop reading there */
+	return list_length(round->names) < BATCH;
 }
 
 /*
- * One round of housekeeping, every HOUSEKEEPING_EVERY_US: first a sweep
- * that forgets the names released or lapsed longer than
- * hoplock.released_retention ago, SCAN_BATCH rows a round (one raise of the
- * generation floor for the names of a round); then the history trimmed to
- * hoplock.history_size, PRUNE_BATCH rows a round.  Each round is one
- * transaction; while rounds remain, the worker does not sleep between them.
+ * A name the sweep could not forget (a user's foreign key references its
+ * row, say): reported once, then tried again at each sweep without more
+ * words, until it goes.  At most UNFORGETTABLE_MAX are remembered; beyond
+ * that, each failure is reported.
+ */
+#define UNFORGETTABLE_MAX	1024
+static HTAB *unforgettable = NULL;
+
+typedef struct Unforgettable
+{
+	char		name[HL_MAX_NAME_BYTES + 1];	/* hash key */
+} Unforgettable;
+
+static void
+report_unforgettable(text *name, ErrorData *edata)
+{
+	Unforgettable key;
+	bool		found = false;
+
+	if (unforgettable == NULL)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(Unforgettable);
+		ctl.entrysize = sizeof(Unforgettable);
+		ctl.hcxt = TopMemoryContext;
+		unforgettable = hash_create("hoplock unforgettable names", 64, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	memset(&key, 0, sizeof(key));
+	memcpy(key.name, VARDATA_ANY(name),
+		   Min(VARSIZE_ANY_EXHDR(name), HL_MAX_NAME_BYTES));
+	if (hash_get_num_entries(unforgettable) < UNFORGETTABLE_MAX)
+		(void) hash_search(unforgettable, &key, HASH_ENTER, &found);
+	else
+		(void) hash_search(unforgettable, &key, HASH_FIND, &found);
+	ereport(found ? DEBUG1 : LOG,
+			(errmsg("hoplock worker could not forget lease \"%s\"",
+					text_to_cstring(name)),
+			 edata->detail != NULL ?
+			 errdetail_internal("%s: %s", edata->message, edata->detail) :
+			 errdetail_internal("%s", edata->message),
+			 errhint("The worker leaves it and tries again at each sweep; the others are forgotten meanwhile.")));
+}
+
+/*
+ * Forget "name" in a subtransaction of its own: a row that cannot be
+ * removed -- a user's foreign key references it, a user's trigger on the
+ * table fails -- is reported and left, and the sweep goes on with the
+ * others.  (A round forgets at most BATCH names, so its subtransactions
+ * stay within what PGPROC caches.)
  */
 static void
-housekeeping_round(TimestampTz now)
+forget_isolated(text *name, TimestampTz cutoff, int64 floor_raised)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		bool		done = hl_forget(name, cutoff, floor_raised);
+
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		if (done && unforgettable != NULL &&
+			hash_get_num_entries(unforgettable) > 0)
+		{
+			Unforgettable key;
+
+			memset(&key, 0, sizeof(key));
+			memcpy(key.name, VARDATA_ANY(name),
+				   Min(VARSIZE_ANY_EXHDR(name), HL_MAX_NAME_BYTES));
+			(void) hash_search(unforgettable, &key, HASH_REMOVE, NULL);
+		}
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		report_unforgettable(name, edata);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * One round of the sweep, every HOUSEKEEPING_EVERY_US: it forgets the names
+ * released or lapsed longer than hoplock.released_retention ago, reading up
+ * to SCAN_BATCH rows and forgetting up to BATCH names a round (one raise
+ * of the generation floor for the names of a round), each name in a
+ * subtransaction of its own, so that one that cannot be forgotten stops
+ * neither the others nor the trimming of the history.
+ */
+static void
+sweep_round(TimestampTz now)
 {
 	SweepRound	round = {0};
 	MemoryContext old;
 	ListCell   *lc;
+	text	   *last;
+	int			rows;
 
 	if (!in_sweep)
 	{
-		if (now < next_housekeeping)
+		if (now < next_sweep)
 			return;
+		if (hl_released_retention <= 0)
+		{
+			next_sweep = now + HOUSEKEEPING_EVERY_US;
+			return;
+		}
 		in_sweep = true;
-		sweep_done = (hl_released_retention <= 0);
+		if (sweep_after != NULL)
+			pfree(sweep_after);
 		sweep_after = NULL;
 	}
 
-	if (!sweep_done)
+	round.context = CurrentMemoryContext;
+	round.cutoff = now - (int64) hl_released_retention * USECS_PER_SEC;
+	rows = hl_store_scan(sweep_after, SCAN_BATCH, sweep_row, &round, &last);
+	if (round.names != NIL && hl_floor_raise_forgotten(round.greatest))
 	{
-		text	   *last;
-		int			rows;
-
-		round.context = CurrentMemoryContext;
-		round.cutoff = now - (int64) hl_released_retention * USECS_PER_SEC;
-		rows = hl_store_scan(sweep_after, SCAN_BATCH, sweep_row, &round, &last);
-		if (round.names != NIL && hl_floor_raise_forgotten(round.greatest))
+		foreach(lc, round.names)
 		{
-			foreach(lc, round.names)
-				(void) hl_forget((text *) lfirst(lc), round.cutoff, false);
+			CHECK_FOR_INTERRUPTS();
+			forget_isolated((text *) lfirst(lc), round.cutoff,
+							round.greatest);
 		}
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		if (sweep_after != NULL)
-			pfree(sweep_after);
-		sweep_after = last != NULL ?
-			(text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(last)) : NULL;
-		MemoryContextSwitchTo(old);
-		if (rows < SCAN_BATCH)
-			sweep_done = true;	/* the end of the table */
-		return;
 	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (sweep_after != NULL)
+		pfree(sweep_after);
+	sweep_after = last != NULL ?
+		(text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(last)) : NULL;
+	MemoryContextSwitchTo(old);
+	if (rows < SCAN_BATCH && list_length(round.names) < BATCH)
+	{
+		/* the end of the table */
+		in_sweep = false;
+		next_sweep = now + HOUSEKEEPING_EVERY_US;
+	}
+}
 
-	if (hl_history_size > 0 && hl_history_prune(PRUNE_BATCH) == PRUNE_BATCH)
-		return;					/* more to trim */
-	in_sweep = false;
-	next_housekeeping = now + HOUSEKEEPING_EVERY_US;
+/*
+ * One round of trimming the history to hoplock.history_size, every
+ * HOUSEKEEPING_EVERY_US, PRUNE_BATCH rows a round.  Apart from the sweep:
+ * neither waits for the other to finish.
+ */
+static void
+trim_round(TimestampTz now)
+{
+	if (!in_trim)
+	{
+		if (now < next_trim)
+			return;
+		in_trim = true;
+	}
+	if (hl_history_size <= 0 || hl_history_prune(PRUNE_BATCH) < PRUNE_BATCH)
+	{
+		in_trim = false;
+		next_trim = now + HOUSEKEEPING_EVERY_US;
+	}
+}
+
+/*
+ * Lock the lease table (and, for announcing, the history and the event
+ * sequence) for the rest of the transaction, as every call does, waiting
+ * no more than a call would (hl_open); what the worker does next then finds
+ * them locked already.  Returns false, leaving the round's work for a
+ * little later, if maintenance holds or awaits a conflicting lock (LOCK
+ * TABLE, VACUUM FULL, CLUSTER, REINDEX...): that is contention, not an
+ * error, in every path of the worker.
+ */
+static bool
+lock_tables(bool announcing)
+{
+	HlRelation	rel;
+
+	if (!hl_open(HL_REL_LEASE, RowExclusiveLock, false, &rel))
+		return false;
+	hl_close(&rel, true);
+	if (!announcing)
+		return true;
+	if (hl_history_size > 0)
+	{
+		if (!hl_open(HL_REL_HISTORY, RowExclusiveLock, false, &rel))
+			return false;
+		hl_close(&rel, true);
+	}
+	return hl_history_lock();
 }
 
 /* ---------------------------------------------------------------------
@@ -382,17 +566,40 @@ apply_messages(HlMessage *msgs, int n)
 }
 
 /*
+ * May the worker end the session of role "session_role" for holding up a
+ * term that role "term_role" began?  Only if the session could have acted
+ * for the term itself: its role has the privileges of the term's role.
+ * Another role's SECURITY DEFINER code (a trigger of a table the session
+ * writes, say) can fence or renew its own term inside a victim's
+ * transaction; ending the victim then would let any role end other roles'
+ * sessions, which pg_terminate_backend does not allow it.  Nor is a
+ * superuser's session ended for a term a non-superuser began.  Processes
+ * without a role (autovacuum) are never ended.
+ */
+static bool
+may_end_holder(Oid session_role, Oid term_role)
+{
+	if (!OidIsValid(session_role) || !OidIsValid(term_role))
+		return false;
+	if (superuser_arg(session_role) && !superuser_arg(term_role))
+		return false;
+	return has_privs_of_role(session_role, term_role);
+}
+
+/*
  * A lapsed term is held up by a session -- a fence of it, or an
  * uncommitted renewal of it, in a transaction that does not end -- for
  * longer than hoplock.hung_holder_timeout after it lapsed: end that
- * session, so that the ttl bounds a hung holder.  A term change in flight
- * (a new term not yet committed) is left alone.
+ * session, so that the ttl bounds a hung holder, if it may
+ * (may_end_holder).  A term change in flight (a new term not yet
+ * committed) is left alone.
  */
 static void
 end_hung_holder(text *name, const Lease *lease, TimestampTz now)
 {
 	HlBlockerKind kind;
 	int			pid;
+	PGPROC	   *proc;
 
 	if (hl_hung_holder_timeout <= 0 ||
 		now - lease->expires_at < (int64) hl_hung_holder_timeout * 1000)
@@ -401,8 +608,18 @@ end_hung_holder(text *name, const Lease *lease, TimestampTz now)
 	if (pid == 0 || pid == MyProcPid ||
 		(kind != BLOCKER_FENCE && kind != BLOCKER_ROW_CHANGE))
 		return;
-	if (BackendPidGetProc(pid) == NULL)
+	proc = BackendPidGetProc(pid);
+	if (proc == NULL)
 		return;
+	if (!may_end_holder(proc->roleId, lease->owner_roleid))
+	{
+		ereport(LOG,
+				(errmsg("hoplock: not ending process %d, which holds up lease %s (generation " INT64_FORMAT ") after it lapsed",
+						pid, quote_literal_cstr(text_to_cstring(name)),
+						lease->generation),
+				 errdetail("The role of its session does not have the privileges of the role that began the term.")));
+		return;
+	}
 
 	ereport(LOG,
 			(errmsg("hoplock: terminating process %d, which holds up lease %s (generation " INT64_FORMAT ") after it lapsed",
@@ -552,6 +769,107 @@ horizon_reached(TimestampTz now)
 }
 
 /*
+ * One round of a housekeeping step, in a transaction of its own.  A step
+ * that works on the lease table first locks it (lock_tables).
+ */
+static void
+housekeeping(void (*step) (TimestampTz now), const char *activity,
+			 bool lease_table, bool *gone)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+	if (!hl_extension_installed())
+		*gone = true;
+	else if (lease_table && !lock_tables(false))
+		table_busy = true;
+	else
+		step(GetCurrentTimestamp());
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/*
+ * The round's work on the lease table, which lock_tables() locked: a round
+ * of the pass in progress, the leases due (BATCH at most), the ended
+ * sessions due.  Returns true if more is due right now; sets
+ * *next_session.
+ */
+static bool
+announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
+{
+	char		name[HL_MAX_NAME_BYTES + 1];
+	int			namelen;
+	TimestampTz when;
+	TimestampTz now;
+	int			n = 0;
+	bool		more;
+
+	if (!in_pass && (pass_wanted || horizon_reached(GetCurrentTimestamp())))
+	{
+		in_pass = true;
+		pass_wanted = false;
+		if (pass_after != NULL)
+			pfree(pass_after);
+		pass_after = NULL;
+		hl_schedule_reopen(schedule);
+	}
+	if (in_pass)
+		pass_round();
+
+	set_state(WORKER_ANNOUNCING);
+	now = GetCurrentTimestamp();
+	while (n < BATCH &&
+		   hl_schedule_take_due(schedule, now, name, &namelen, &when))
+	{
+		CHECK_FOR_INTERRUPTS();
+		look_at(name, namelen, announced, lag);
+		n++;
+	}
+	more = (n == BATCH) || in_pass || pass_wanted;
+	if (hash_get_num_entries(session_ends) > 0)
+		*next_session = end_sessions();
+	return more;
+}
+
+/*
+ * Send the events committed since the last batch, if any, and drop the
+ * old ones now and then.  Returns true if more is due right now.
+ */
+static bool
+deliver_events(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (now >= next_event_prune)
+	{
+		next_event_prune = now + HOUSEKEEPING_EVERY_US;
+		hl_prune_events();
+	}
+	if (pg_atomic_exchange_u32(&my_slot->events_pending, 0) != 0)
+		delivery_due = true;
+	if (!delivery_due || now < delivery_paused_until)
+		return false;
+	/* (stays due if it fails: the error pause, then again) */
+	switch (hl_deliver())
+	{
+		case HL_DELIVERY_DONE:
+			delivery_due = false;
+			return false;
+		case HL_DELIVERY_MORE:
+			return true;
+		case HL_DELIVERY_PAUSED:
+			delivery_paused_until = now + DELIVERY_PAUSE_US;
+			return false;
+		case HL_DELIVERY_BUSY:
+			delivery_paused_until = now + BUSY_RETRY_US;
+			return false;
+	}
+	return false;
+}
+
+/*
  * One transaction's worth of work.  Returns true if more is due right now;
  * sets *gone if the extension is no longer installed, *next_session to the
  * time the next ended session is due for a try.
@@ -562,16 +880,12 @@ run_round(bool *gone, TimestampTz *next_session)
 	MemoryContext old;
 	HlMessage  *msgs;
 	int			nmsgs;
-	TimestampTz now;
-	int			n = 0;
 	int64		announced = 0;
 	int64		lag = -1;
-	char		name[HL_MAX_NAME_BYTES + 1];
-	int			namelen;
-	TimestampTz when;
 	bool		more = false;
 
 	*next_session = DT_NOEND;
+	table_busy = false;
 	MemoryContextReset(round_context);
 	old = MemoryContextSwitchTo(round_context);
 	nmsgs = read_mailbox(&msgs);
@@ -587,40 +901,21 @@ run_round(bool *gone, TimestampTz *next_session)
 	{
 		/* after a promotion, say: record the timeline before any term does */
 		if (!floor_refreshed)
-		{
-			hl_floor_refresh();
-			floor_refreshed = true;
-		}
+			floor_refreshed = hl_floor_refresh();
 		apply_messages(msgs, nmsgs);
-		if (!in_pass && (pass_wanted || horizon_reached(GetCurrentTimestamp())))
-		{
-			in_pass = true;
-			pass_wanted = false;
-			if (pass_after != NULL)
-				pfree(pass_after);
-			pass_after = NULL;
-			hl_schedule_reopen(schedule);
-		}
-		if (in_pass)
-			pass_round();
-
-		set_state(WORKER_ANNOUNCING);
-		now = GetCurrentTimestamp();
-		while (n < BATCH &&
-			   hl_schedule_take_due(schedule, now, name, &namelen, &when))
-		{
-			CHECK_FOR_INTERRUPTS();
-			look_at(name, namelen, &announced, &lag);
-			n++;
-		}
-		more = (n == BATCH) || in_pass || pass_wanted;
-		if (hash_get_num_entries(session_ends) > 0)
-			*next_session = end_sessions();
+		if (!lock_tables(true))
+			table_busy = true;
+		else
+			more = announce_round(&announced, &lag, next_session);
 	}
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	hl_notify_after_commit();
+
+	/* the events committed meanwhile, this round's announcements among them */
+	if (!*gone)
+		more = deliver_events() || more;
 
 	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
 	if (slot_is_mine())
@@ -634,33 +929,31 @@ run_round(bool *gone, TimestampTz *next_session)
 	LWLockRelease(my_slot->lock);
 
 	/*
-	 * Housekeeping in a transaction of its own, so that the rows announced
-	 * above are not kept locked while it runs.
+	 * Housekeeping in transactions of its own, so that the rows announced
+	 * above are not kept locked while it runs: the trimming, then the sweep.
 	 */
-	if (!*gone && (in_sweep || GetCurrentTimestamp() >= next_housekeeping))
-	{
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pgstat_report_activity(STATE_RUNNING, "hoplock housekeeping");
-		if (hl_extension_installed())
-			housekeeping_round(GetCurrentTimestamp());
-		else
-			*gone = true;
-		PopActiveSnapshot();
-		CommitTransactionCommand();
-		more = more || in_sweep;
-	}
+	if (!*gone && !table_busy &&
+		(in_trim || GetCurrentTimestamp() >= next_trim))
+		housekeeping(trim_round, "hoplock housekeeping: trimming the history",
+					 false, gone);
+	if (!*gone && !table_busy &&
+		(in_sweep || GetCurrentTimestamp() >= next_sweep))
+		housekeeping(sweep_round, "hoplock housekeeping: forgetting names",
+					 true, gone);
+	more = more || ((in_sweep || in_trim) && !table_busy);
 
 	pgstat_report_activity(STATE_IDLE, NULL);
 	pgstat_report_stat(false);
 	MemoryContextSwitchTo(old);
+	if (table_busy)
+		return false;			/* sleep_until_due looks again shortly */
 	return more || *next_session <= GetCurrentTimestamp();
 }
 
 /*
  * Sleep until the next deadline, the horizon, the next try of an ended
- * session, or hoplock.naptime, unless the mailbox has something first.
+ * session, or hoplock.naptime, unless the mailbox has something first;
+ * BUSY_RETRY_US if a table was locked by maintenance.
  */
 static void
 sleep_until_due(TimestampTz next_session)
@@ -676,14 +969,27 @@ sleep_until_due(TimestampTz next_session)
 	 */
 	CHECK_FOR_INTERRUPTS();
 
-	if (has_next)
-		wake = Min(wake, next);
-	wake = Min(wake, hl_schedule_horizon(schedule));
-	wake = Min(wake, next_session);
-	wake = Min(wake, next_housekeeping);
+	if (table_busy)
+	{
+		/* what is due waits for the table: look again shortly */
+		wake = Min(wake, now + BUSY_RETRY_US);
+	}
+	else
+	{
+		if (has_next)
+			wake = Min(wake, next);
+		wake = Min(wake, hl_schedule_horizon(schedule));
+		wake = Min(wake, next_session);
+		wake = Min(wake, next_sweep);
+		wake = Min(wake, next_trim);
+	}
+	wake = Min(wake, next_event_prune);
+	if (delivery_due)
+		wake = Min(wake, Max(delivery_paused_until, now));
 
 	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
-	if (!hl_mailbox_empty(my_slot))
+	if (!hl_mailbox_empty(my_slot) ||
+		pg_atomic_read_u32(&my_slot->events_pending) != 0)
 	{
 		/* something arrived since we last looked: look again first */
 		LWLockRelease(my_slot->lock);
@@ -735,10 +1041,12 @@ recover_from_error(long *pause_ms)
 		pfree(pass_after);
 	pass_after = NULL;
 	in_sweep = false;
+	in_trim = false;
 	if (sweep_after != NULL)
 		pfree(sweep_after);
 	sweep_after = NULL;
-	next_housekeeping = GetCurrentTimestamp() + HOUSEKEEPING_EVERY_US;
+	delivery_due = true;
+	next_sweep = next_trim = GetCurrentTimestamp() + HOUSEKEEPING_EVERY_US;
 
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 *pause_ms, PG_WAIT_EXTENSION);

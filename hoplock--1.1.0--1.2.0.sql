@@ -1,0 +1,155 @@
+/* hoplock--1.1.0--1.2.0.sql: upgrade hoplock from 1.1.0 to 1.2.0 */
+
+\echo Use "ALTER EXTENSION hoplock UPDATE TO '1.2.0'" to load this file. \quit
+
+-- Each change to the SQL objects lands here and in hoplock--1.2.0.sql
+-- together, and t/022_upgrade.pl checks that an upgraded extension is the
+-- same, object for object, as one installed afresh.
+
+-- Handles are row versions (a hybrid clock with the branch's tag), not
+-- transaction IDs, which a promoted standby reuses.
+ALTER TABLE hoplock_internal.lease ADD COLUMN version bigint;
+COMMENT ON COLUMN hoplock_internal.lease.version IS
+    'version of the row, new at every write: the handle (NULL: not written since 1.1)';
+
+COMMENT ON TABLE hoplock_internal.floor IS
+    'the greatest generation of a forgotten name (forgotten); the era columns are 1.1''s, read once to start 1.2''s numbering above them';
+
+-- The branches of this database's lease state (hoplock--1.2.0.sql says
+-- more).  The first term after the update begins the first one, above
+-- every value 1.1 handed out.
+CREATE TABLE hoplock_internal.branch (
+    tag               integer NOT NULL,
+    started_at        timestamptz NOT NULL,
+    floor             bigint NOT NULL,
+    parent_tag        integer,
+    parent_started_at timestamptz,
+    fork_point        bigint,
+    reason            text NOT NULL,
+    incarnation       bigint NOT NULL,
+    timeline          bigint NOT NULL,
+    system_identifier bigint NOT NULL,
+    database          oid NOT NULL,
+    CONSTRAINT branch_check CHECK (tag OPERATOR(pg_catalog.>=) 1
+                                   AND tag OPERATOR(pg_catalog.<=) 2047
+                                   AND floor OPERATOR(pg_catalog.>) 0)
+) WITH (vacuum_truncate = false);
+
+COMMENT ON TABLE hoplock_internal.branch IS
+    'branches of the lease state: values are minted as c << 11 | tag, c above the floor of their branch';
+
+SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.branch', '');
+
+-- The event log: every event, with its number, recorded in the transaction
+-- of the change (written by hoplock, below the executor, as the lease row).
+-- No term change sends a NOTIFY itself: the database's worker sends those
+-- of committed events, in number order and in batches, and records how far
+-- it got in hoplock_internal.delivery (see "Events" in the README).
+-- hoplock_events and hoplock_watch read it by number.  Events are kept
+-- for hoplock.event_retention after their delivery.  Kept by pg_dump.
+CREATE TABLE hoplock_internal.event (
+    seq         bigint NOT NULL,
+    event       text NOT NULL,
+    name        text COLLATE "C" NOT NULL,
+    owner       text COLLATE "C" NOT NULL,
+    generation  bigint NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    at          timestamptz NOT NULL,
+    CONSTRAINT event_pkey PRIMARY KEY (seq)
+) WITH (vacuum_truncate = false);
+
+COMMENT ON TABLE hoplock_internal.event IS
+    'the events of the leases, by number: recorded in the transaction of the change, sent as NOTIFY by the worker after its commit';
+
+SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.event', '');
+
+-- How far the worker has sent the event log (at most one row; none: from
+-- the beginning), and the greatest number it dropped from the log after
+-- hoplock.event_retention.  The install script writes no row, so a restore
+-- brings back exactly the one that was dumped.
+CREATE TABLE hoplock_internal.delivery (
+    delivered      bigint NOT NULL,
+    delivered_at   timestamptz NOT NULL,
+    pruned_through bigint NOT NULL,
+    CONSTRAINT delivery_check CHECK (delivered OPERATOR(pg_catalog.>=) 0
+                                     AND pruned_through OPERATOR(pg_catalog.>=) 0)
+) WITH (vacuum_truncate = false);
+
+CREATE UNIQUE INDEX delivery_one_row ON hoplock_internal.delivery ((true));
+-- logical replication of the database needs an identity for its updates
+ALTER TABLE hoplock_internal.delivery REPLICA IDENTITY FULL;
+
+COMMENT ON TABLE hoplock_internal.delivery IS
+    'the greatest event number the worker has sent (delivered) and the greatest it dropped from the log (pruned_through)';
+
+SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.delivery', '');
+
+-- The events after number "after", as soon as there are any, waiting up to
+-- "timeout": the event stream without LISTEN (behind a transaction pooler).
+CREATE FUNCTION @extschema@.hoplock_watch(after bigint, timeout interval,
+    OUT seq bigint, OUT event text, OUT name text, OUT owner text,
+    OUT generation bigint, OUT at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'hoplock_watch'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_watch(bigint, interval) IS
+    'the events after number after, waiting up to timeout for the first: the event stream for a client that cannot LISTEN';
+
+-- The number to resume from: every event up to it has committed.
+CREATE FUNCTION @extschema@.hoplock_position()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'hoplock_position'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.hoplock_position() IS
+    'the newest event number a reader may resume from: no event at or below it can still appear';
+
+-- 1.1 kept its events in the history only: they go into the log, and count
+-- as sent (1.1 sent them in their own transactions).  Those of the terms
+-- the history had dropped are gone: a number below the oldest kept is
+-- reported as such (pruned_through).
+INSERT INTO hoplock_internal.event (seq, event, name, owner, generation, expires_at, at)
+SELECT h.begin_seq, 'acquired', h.name, h.owner, h.generation,
+       COALESCE(h.ended_at, h.acquired_at), h.acquired_at
+  FROM hoplock_internal.history AS h
+UNION ALL
+SELECT h.end_seq,
+       CASE WHEN h.how OPERATOR(pg_catalog.=) ANY ('{expired,taken over}'::text[])
+            THEN 'expired' ELSE 'released' END,
+       h.name, h.owner, h.generation, h.ended_at, h.ended_at
+  FROM hoplock_internal.history AS h
+ WHERE h.end_seq IS NOT NULL AND h.ended_at IS NOT NULL AND h.how IS NOT NULL
+ON CONFLICT DO NOTHING;
+
+INSERT INTO hoplock_internal.delivery (delivered, delivered_at, pruned_through)
+SELECT COALESCE(pg_catalog.max(e.seq), 0), pg_catalog.now(),
+       COALESCE(pg_catalog.min(e.seq) OPERATOR(pg_catalog.-) 1, 0)
+  FROM hoplock_internal.event AS e;
+
+-- hoplock_stats counts the events sent and the transactions that sent them.
+DROP VIEW @extschema@.hoplock_stats;
+DROP FUNCTION hoplock_internal.stats();
+CREATE FUNCTION hoplock_internal.stats(
+    OUT datid oid, OUT datname text, OUT terms_begun bigint,
+    OUT contended bigint, OUT renewals bigint, OUT releases bigint,
+    OUT force_releases bigint, OUT expiries bigint, OUT waits bigint,
+    OUT wakeups bigint, OUT events_delivered bigint, OUT deliveries bigint,
+    OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'hoplock_stats'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW @extschema@.hoplock_stats AS
+    SELECT * FROM hoplock_internal.stats();
+
+GRANT SELECT ON @extschema@.hoplock_stats TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.hoplock_stats IS
+    'per-database counters: terms begun, contended calls, renewals, releases, force-releases, expiries announced, waits and their wake-ups, events sent and the transactions that sent them';
+
+COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
+    'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired';
+
+COMMENT ON TABLE hoplock_internal.history IS
+    'the terms of the leases, newest hoplock.history_size kept: how each ended (begin_seq and end_seq: the numbers of its events in 1.1; 0 and NULL since 1.2, whose events are in the event log)';

@@ -1,0 +1,78 @@
+/*-------------------------------------------------------------------------
+ *
+ * eventlog.h
+ *		The event log (eventlog.c), its readers (stream.c) and its
+ *		delivery as NOTIFY by the worker (delivery.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef HOPLOCK_EVENTLOG_H
+#define HOPLOCK_EVENTLOG_H
+
+#include "hoplock.h"
+
+#include "utils/snapshot.h"
+
+/* One event of the log */
+typedef struct HlLoggedEvent
+{
+	int64		seq;
+	text	   *event;
+	text	   *name;
+	text	   *owner;
+	int64		generation;
+	TimestampTz expires_at;
+	TimestampTz at;
+} HlLoggedEvent;
+
+/* What one read of the log returns, in number order */
+typedef bool (*HlEventVisitor) (const HlLoggedEvent *e, void *arg);
+
+/* The row of hoplock_internal.delivery */
+typedef struct HlDelivery
+{
+	bool		found;
+	ItemPointerData tid;
+	int64		delivered;
+	TimestampTz delivered_at;
+	int64		pruned_through;
+} HlDelivery;
+
+/* An event to record */
+typedef struct HlNewEvent
+{
+	int64		seq;
+	const char *event;
+	const Lease *lease;
+	TimestampTz at;
+} HlNewEvent;
+
+/* eventlog.c */
+extern void hl_eventlog_record(const HlNewEvent *events, int nevents);
+extern int64 hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
+							  HlEventVisitor visit, void *arg);
+extern bool hl_eventlog_newest(int64 through, Snapshot snapshot, bool wait,
+							   int64 *newest);
+extern void hl_delivery_read(Snapshot snapshot, HlDelivery *d);
+extern void hl_delivery_write(HlDelivery *d);
+extern int64 hl_eventlog_prune(int64 through, TimestampTz older_than,
+							   int limit, int64 *pruned_through);
+
+/* events.c: the payload of an event's NOTIFY */
+extern char *hl_event_payload(const char *event, const char *name,
+							  const char *owner, int64 generation,
+							  TimestampTz expires_at, int64 seq);
+
+/* delivery.c: the worker's part */
+typedef enum HlDeliveryResult
+{
+	HL_DELIVERY_DONE,			/* sent all there was */
+	HL_DELIVERY_MORE,			/* a full batch: there may be more */
+	HL_DELIVERY_PAUSED,			/* the NOTIFY queue is too full */
+	HL_DELIVERY_BUSY			/* maintenance holds a table */
+} HlDeliveryResult;
+
+extern HlDeliveryResult hl_deliver(void);
+extern void hl_prune_events(void);
+
+#endif							/* HOPLOCK_EVENTLOG_H */
