@@ -37,12 +37,16 @@ $node->safe_psql('postgres', q{
 
 my $log = slurp_file($node->logfile, $offset);
 my @lines = ($log =~ /(hoplock: lease .*)$/mg);
+# the name's two terms, in order (their values are hoplock's business)
+my @g = split /\n/, $node->safe_psql('postgres',
+	q{SELECT generation FROM hoplock_history WHERE name = 'logged' ORDER BY generation});
+is(scalar @g, 2, 'two terms of "logged" began');
 is_deeply(
 	[ map { s/, expires at .*//r } @lines ],
 	[
-		'hoplock: lease "logged" acquired, generation 1, owner "host-a:1"',
-		'hoplock: lease "logged" released, generation 1, owner "host-a:1"',
-		'hoplock: lease "logged" acquired, generation 2, owner "host-c:3"',
+		qq{hoplock: lease "logged" acquired, generation $g[0], owner "host-a:1"},
+		qq{hoplock: lease "logged" released, generation $g[0], owner "host-a:1"},
+		qq{hoplock: lease "logged" acquired, generation $g[1], owner "host-c:3"},
 	],
 	'one line per committed event, none for rolled-back ones, in order');
 
@@ -53,8 +57,9 @@ my $forger = 'x", generation 99, owner "y';
 $node->safe_psql('postgres', qq{SELECT hoplock_acquire('forge', '$forger', '1 h')});
 $log = slurp_file($node->logfile, $offset);
 my ($line) = ($log =~ /(hoplock: lease "forge" .*)$/m);
+my $forge_gen = $node->safe_psql('postgres', q{SELECT generation FROM hoplock_read('forge')});
 like($line,
-	qr/^hoplock: lease "forge" acquired, generation 1, owner "x\\", generation 99, owner \\"y", expires at /,
+	qr/^hoplock: lease "forge" acquired, generation $forge_gen, owner "x\\", generation 99, owner \\"y", expires at /,
 	'a forged owner stays one quoted, escaped string');
 my ($quoted) = ($line =~ /owner ("(?:[^"\\]|\\.)*"), expires at/);
 is(JSON::PP->new->allow_nonref->decode($quoted), $forger, 'which decodes to the owner given');
@@ -68,6 +73,38 @@ $node->safe_psql('postgres', q{
 });
 $log = slurp_file($node->logfile, $offset);
 unlike($log, qr/hoplock: lease/, 'no lines with hoplock.log_events = off');
+
+# One transaction's events are logged up to a bound, then counted: an
+# ordinary role choosing how many events its transaction has (here 30
+# terms of each of 5,000 names, 300,000 events) neither floods the log
+# nor, as 1.1 did, crashes the server writing them.
+$node->safe_psql('postgres', q{
+	CREATE ROLE plain LOGIN;
+	GRANT USAGE ON SCHEMA public TO plain;
+});
+my $started = $node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
+$offset = -s $node->logfile;
+my ($ret, $out, $err) = $node->psql('postgres', q{
+	BEGIN;
+	SAVEPOINT s;
+	SELECT count(hoplock_acquire('many-' || i, 'plain:0', '1 h')) FROM generate_series(1, 5000) AS i;
+	ROLLBACK TO SAVEPOINT s;
+	SELECT count(*)
+	  FROM generate_series(1, 30) AS r,
+	       LATERAL (SELECT hoplock_acquire('many-' || i, 'plain:' || r, '1 h'),
+	                       hoplock_release('many-' || i, 'plain:' || r)
+	                  FROM generate_series(1, 5000) AS i) AS terms;
+	COMMIT;
+}, extra_params => [ '-U', 'plain' ]);
+is($ret, 0, 'a transaction with 300,000 events commits');
+is($node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'), $started,
+	'and the server did not restart');
+$log = slurp_file($node->logfile, $offset);
+my @many = ($log =~ /^.*(hoplock: lease "many-\d+" (?:acquired|released))/mg);
+is(scalar @many, 10000, 'the first 10,000 of its events are logged');
+like($log, qr/hoplock: 290000 more events of this transaction were not logged/,
+	'and one line counts the rest, without those of the rolled-back savepoint');
+unlike($log, qr/terminated by signal/, 'no backend died');
 
 $node->stop;
 done_testing();

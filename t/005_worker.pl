@@ -35,8 +35,9 @@ is($node->safe_psql('postgres', q{SELECT backend_type FROM pg_stat_activity WHER
 my $listener = Hoplock::Listener->new($node, 'postgres');
 $node->safe_psql('postgres', q{SELECT hoplock_acquire('one', 'a', '200 ms')});
 my $events = $listener->collect(5, sub { grep { $_->{event} eq 'expired' } @{ $_[0] } });
+my $one1 = $node->safe_psql('postgres', q{SELECT generation FROM hoplock_read('one')});
 is_deeply([ map { "$_->{event} $_->{name} $_->{generation}" } @$events ],
-	[ 'acquired one 1', 'expired one 1' ], 'acquired, then expired, with nobody calling');
+	[ "acquired one $one1", "expired one $one1" ], 'acquired, then expired, with nobody calling');
 $listener->reset;
 $listener->collect(1);
 is(scalar @{ $listener->{events} }, 0, 'expired only once');
@@ -45,7 +46,9 @@ is($node->safe_psql('postgres', q{SELECT state FROM hoplock_internal.lease WHERE
 # a new acquire does not announce it again
 $node->safe_psql('postgres', q{SELECT hoplock_acquire('one', 'b', '1 h')});
 $events = $listener->collect(2, sub { @{ $_[0] } >= 1 });
-is_deeply([ map { "$_->{event} $_->{generation}" } @$events ], [ 'acquired 2' ],
+my $one2 = $node->safe_psql('postgres', q{SELECT generation FROM hoplock_read('one')});
+cmp_ok($one2, '>', $one1, 'the next term of "one" has a greater generation');
+is_deeply([ map { "$_->{event} $_->{generation}" } @$events ], [ "acquired $one2" ],
 	'the next acquire sends no second expired');
 $listener->reset;
 
@@ -203,7 +206,7 @@ $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM hoplock_workers W
 pass('and one that puts it back starts it again');
 
 my $log = slurp_file($node->logfile);
-like($log, qr/LOG:  hoplock: lease "one" expired, generation 1, owner "a"/,
+like($log, qr/LOG:  hoplock: lease "one" expired, generation $one1, owner "a"/,
 	'with hoplock.log_events the worker\'s expiries are logged');
 
 $listener->disconnect;

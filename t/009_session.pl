@@ -2,7 +2,8 @@
 # disconnect, a client that dies, pg_terminate_backend; a waiter takes over
 # at once.  The ttl still bounds a holder whose connection stays open but
 # silent.  A term the exiting backend cannot end (fenced by another
-# connection) is ended by the worker once it can be.
+# connection) is ended by the worker once it can be.  A session forgets the
+# names whose terms ended, whoever ended them.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -36,9 +37,9 @@ sub bound_holder
 		usleep(10_000);
 	}
 	die "could not acquire $name: $err" unless $out =~ /^t$/m;
-	my $pid = $node->safe_psql('postgres',
-		"SELECT session_pid FROM hoplock_internal.lease WHERE name = '$name'");
-	return { h => $h, in => \$in, pid => $pid };
+	my ($pid, $generation) = split /\|/, $node->safe_psql('postgres',
+		"SELECT session_pid, generation FROM hoplock_internal.lease WHERE name = '$name'");
+	return { h => $h, in => \$in, pid => $pid, generation => $generation };
 }
 
 sub released_within
@@ -83,7 +84,13 @@ $t0 = time();
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($holder->{pid})");
 $waiter->finish;
 my $took = time() - $t0;
-is($wout, "successor 2\n", 'pg_terminate_backend ends the term and the waiter takes over');
+# the waiter's term is a new one, above the terminated holder's
+like($wout, qr/^successor (\d+)\n\z/, 'pg_terminate_backend ends the term and the waiter takes over');
+my ($successor) = $wout =~ /^successor (\d+)$/m;
+cmp_ok($successor // 0, '>', $holder->{generation},
+	"with a generation above the terminated holder's ($holder->{generation})");
+is($node->safe_psql('postgres', q{SELECT owner || ' ' || generation FROM hoplock_holder('terminated')}),
+	"successor " . ($successor // ''), 'the server holds the term the waiter was given');
 cmp_ok($took, '<', 2, sprintf('within %.0f ms of the termination', $took * 1000));
 eval { $holder->{h}->finish };
 $listener->reset;
@@ -114,7 +121,7 @@ $listener->reset;
 # --- A fenced term the exiting backend cannot end ----------------------------
 $holder = bound_holder('fenced');
 my $fencer = $node->background_psql('postgres');
-$fencer->query_safe(q{BEGIN; SELECT hoplock_fence('fenced', 1)});
+$fencer->query_safe("BEGIN; SELECT hoplock_fence('fenced', $holder->{generation})");
 ${ $holder->{in} } .= "\\q\n";
 $holder->{h}->finish;
 $events = $listener->collect(1);
@@ -123,6 +130,77 @@ is(scalar(grep { $_->{name} eq 'fenced' && $_->{event} eq 'released' } @$events)
 $fencer->query_safe('COMMIT');
 ok(released_within('fenced', 5), 'the worker ends it as soon as the fence is gone');
 $fencer->quit;
+
+# --- A session forgets the names whose terms ended ---------------------------
+# One session binds two terms it keeps, then 5,000 more, each ended in its
+# own transaction (released, or force-released): the names it remembers
+# stay few, and the two it kept still end when it exits.
+$listener->reset;
+my $churner = $node->background_psql('postgres');
+$churner->query_safe(q{
+SELECT hoplock_acquire('kept-' || i, 'holder', '1 h', session_bound => true) IS NOT NULL
+  FROM generate_series(1, 2) AS i});
+$churner->query_safe(q{
+DO $$
+BEGIN
+	FOR i IN 1..5000 LOOP
+		PERFORM hoplock_acquire('churn-' || i, 'holder', '1 h', session_bound => true);
+		COMMIT;
+		IF i % 2 = 0 THEN
+			PERFORM hoplock_release('churn-' || i, 'holder');
+		ELSE
+			PERFORM hoplock_force_release('churn-' || i);
+		END IF;
+		COMMIT;
+	END LOOP;
+END
+$$});
+is($node->safe_psql('postgres',
+	q{SELECT count(*) FROM hoplock_internal.lease WHERE name LIKE 'churn-%' AND state = 'r'}),
+	5000, 'a session began and ended 5,000 session-bound terms');
+SKIP:
+{
+	skip 'pg_backend_memory_contexts needs PostgreSQL 14', 1
+	  if $node->safe_psql('postgres', 'SHOW server_version_num') < 140000;
+	my $bytes = $churner->query_safe(q{
+SELECT coalesce(sum(total_bytes), 0) FROM pg_backend_memory_contexts
+ WHERE 'hoplock session-bound names' IN (name, ident)});
+	cmp_ok($bytes, '<', 100_000, "and remembers only the few it may still hold ($bytes bytes)");
+}
+$churner->quit;
+my $ended = $listener->collect(5,
+	sub { 2 == grep { $_->{event} eq 'released' && $_->{name} =~ /^kept-/ } @{ $_[0] } });
+is(scalar(grep { $_->{event} eq 'released' && $_->{name} =~ /^kept-/ } @$ended), 2,
+	'its exit ends the two terms it still held');
+$listener->reset;
+
+# A name bound again in the statement that prunes: the statement's snapshot
+# does not see its own new term, only the released one before it.  63
+# bindings, 'again' among them, all released; then one statement binds
+# 'again' (found, not pruned), 'fill' (the 64th) and 'prune' (which prunes).
+# The session's exit must still end all three.
+my $rebinder = $node->background_psql('postgres');
+$rebinder->query_safe(q{
+SELECT count(hoplock_acquire(n, 'holder', '1 h', session_bound => true))
+  FROM (SELECT 'old-' || i FROM generate_series(1, 62) AS i
+        UNION ALL SELECT 'again') AS t(n)});
+$rebinder->query_safe(q{
+SELECT count(hoplock_release(n, 'holder'))
+  FROM (SELECT 'old-' || i FROM generate_series(1, 62) AS i
+        UNION ALL SELECT 'again') AS t(n)});
+$listener->collect(5,
+	sub { 63 == grep { $_->{event} eq 'released' } @{ $_[0] } });
+$listener->reset;
+is($rebinder->query_safe(q{
+SELECT count(hoplock_acquire(n, 'holder', '1 h', session_bound => true))
+  FROM unnest(ARRAY['again', 'fill', 'prune']) WITH ORDINALITY AS t(n, o)}),
+	3, 'one statement binds a name again and two more');
+$rebinder->quit;
+$ended = $listener->collect(5,
+	sub { 3 == grep { $_->{event} eq 'released' && $_->{name} =~ /^(again|fill|prune)$/ } @{ $_[0] } });
+is(join(',', sort map { $_->{name} } grep { $_->{event} eq 'released' } @$ended),
+	'again,fill,prune', 'its exit ends a term bound again in the statement that pruned');
+$listener->reset;
 
 $listener->disconnect;
 $node->stop;

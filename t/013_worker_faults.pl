@@ -8,6 +8,7 @@
 use strict;
 use warnings;
 use lib 't/lib';
+use Hoplock::Listener;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -130,6 +131,53 @@ for my $round (1 .. 5)
 	cmp_ok($took, '<', 2.5,
 		sprintf('round %d: a 1 s lease is announced %.2f s after the statement', $round, $took));
 	$node->safe_psql('other', q{SELECT hoplock_release('back', 'a')});
+}
+
+# --- A strong lock on the lease table is contention, not an error ------------
+# A superuser holds ACCESS EXCLUSIVE on the table for a few seconds (as
+# VACUUM FULL would), and the worker of the database starts again while it
+# does (the failed rename), so that it must read the table then: no error,
+# never "failing", and a term that lapses 1 s after the lock went is
+# announced at once.
+{
+	my $listener = Hoplock::Listener->new($node, 'other');
+	$node->safe_psql('other', q{SELECT hoplock_acquire('during', 'a', '1 s')});
+	my $after_expires = $node->safe_psql('other', q{
+		SELECT extract(epoch FROM expires_at) FROM hoplock_acquire('after', 'a', '4 s')});
+	my $offset = -s $node->logfile;
+	my $locker = $node->background_psql('other');
+	$locker->query_safe('BEGIN; LOCK hoplock_internal.lease');
+	($ret, $out, $err) = $node->psql('postgres', 'ALTER DATABASE other RENAME TO postgres');
+	like($err, qr/already exists/, 'the rename fails, and the worker starts again');
+	my ($polls, $failing) = (0, 0);
+	while (time() < $after_expires - 1.0)
+	{
+		$failing++ if $node->safe_psql('postgres',
+			q{SELECT count(*) FROM hoplock_workers WHERE datname = 'other' AND state = 'failing'}) ne '0';
+		$polls++;
+		usleep(50_000);
+	}
+	$locker->query_safe('COMMIT');
+	my $released = time();
+	$locker->quit;
+	my $events = $listener->collect(10, sub {
+		grep { $_->{event} eq 'expired' && $_->{name} eq 'after' } @{ $_[0] } });
+	my ($during) = grep { $_->{event} eq 'expired' && $_->{name} eq 'during' } @$events;
+	my ($after) = grep { $_->{event} eq 'expired' && $_->{name} eq 'after' } @$events;
+	ok($during, 'the term that lapsed during the lock is announced');
+	ok($after, 'the term that lapsed after it too');
+	my $lag = $after ? ($after->{received_at} - Hoplock::Listener::epoch($after->{expires_at})) * 1000 : -1;
+	diag(sprintf('lock held %.1f s; "during" announced %.0f ms after the lock went; "after" %.0f ms after it lapsed',
+		$released - ($after_expires - 4),
+		$during ? ($during->{received_at} - $released) * 1000 : -1, $lag));
+	cmp_ok($lag, '<', 200, 'the later term is announced within 200 ms of its expiry');
+	cmp_ok($lag, '>=', -1, 'not before it');
+	is($failing, 0, "the worker was never failing ($polls looks)");
+	my @errors = grep { /ERROR/ && !/already exists/ }
+	  split /\n/, slurp_file($node->logfile, $offset);
+	is(scalar(@errors), 0, 'no error in the server log') or diag(join("\n", @errors));
+	$listener->disconnect;
+	$node->safe_psql('other', q{SELECT hoplock_forget('during'), hoplock_forget('after')});
 }
 
 # --- Synchronous replication with the standby missing --------------------------

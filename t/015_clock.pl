@@ -2,7 +2,8 @@
 # into the server, which is restarted with each new offset): the terms of a name never overlap in server time as
 # recorded -- a new term never begins before the previous one ended --, a
 # step forward makes running terms lapse early, a step back makes them last
-# longer, and generations keep counting up.
+# longer, and generations keep counting up (a branch begun on a clock behind
+# the data begins above the data, with a warning).
 use strict;
 use warnings;
 use lib 't/lib';
@@ -55,8 +56,11 @@ $node->safe_psql('postgres', q{
 	  FROM hoplock_acquire('c', 'a', '1 h');
 	SELECT hoplock_release('c', 'a');
 	UPDATE terms SET ended_at = (SELECT expires_at FROM hoplock_internal.lease WHERE name = 'c')
-	 WHERE generation = 1;
+	 WHERE name = 'c';
 });
+my $g_c1 = $node->safe_psql('postgres', q{SELECT generation FROM terms WHERE ended_at IS NOT NULL});
+like($g_c1, qr/^\d+$/, 'the first term of c is recorded with its end');
+my $log_offset = -s $node->logfile;
 step_clock('-10s');
 my $before = server_clock();
 $node->safe_psql('postgres', q{
@@ -64,11 +68,18 @@ $node->safe_psql('postgres', q{
 	  FROM hoplock_acquire('c', 'b', '1 h');
 });
 is($node->safe_psql('postgres', q{
-	SELECT count(*) FROM terms AS t1 JOIN terms AS t2 ON t2.generation = t1.generation + 1
-	 WHERE t2.acquired_at < t1.ended_at}),
-	'0', 'after the clock stepped 10 s back, the new term does not begin before the released one ended');
-is($node->safe_psql('postgres', q{SELECT max(generation) FROM terms}), '2',
-	'and its generation counts up');
+	SELECT count(*) || '/' || count(*) FILTER (WHERE t2.acquired_at < t1.ended_at)
+	  FROM terms AS t1 JOIN terms AS t2 ON t2.name = t1.name AND t2.generation > t1.generation}),
+	'1/0', 'after the clock stepped 10 s back, the new term does not begin before the released one ended');
+my $g_c2 = $node->safe_psql('postgres', q{SELECT generation FROM hoplock_holder('c')});
+cmp_ok($g_c2, '>', $g_c1, "and its generation ($g_c2) is above the first ($g_c1)");
+is($node->safe_psql('postgres', q{SELECT string_agg(generation::text, ' ' ORDER BY acquired_at) FROM terms}),
+	"$g_c1 $g_c2", 'the terms recorded are those two');
+# The clock now runs behind the data the first branch minted: the start's
+# branch begins above the data all the same, and says so.
+like(substr(slurp_file($node->logfile), $log_offset),
+	qr/WARNING:  the server's clock is [0-9.]+ s behind hoplock's data/,
+	'the new branch warns that the clock is behind the data');
 ok($node->safe_psql('postgres', qq{
 	SELECT expires_at > '$before'::timestamptz + interval '1 h'
 	  FROM hoplock_holder('c')}) eq 't',
@@ -86,20 +97,33 @@ is($node->safe_psql('postgres', q{SELECT hoplock_acquire('back', 'b', '1 s') IS 
 
 # --- A step forward: running terms lapse early ------------------------------------
 step_clock(undef);
-$node->safe_psql('postgres', q{SELECT hoplock_acquire('fwd', 'a', '1 h')});
+my $g_fwd_a = $node->safe_psql('postgres',
+	q{SELECT generation FROM hoplock_acquire('fwd', 'a', '1 h')});
 step_clock('+2h');
-is($node->safe_psql('postgres', q{SELECT generation FROM hoplock_acquire('fwd', 'b', '1 h')}), '2',
-	'a step forward past the ttl ends a running term early: another owner takes it');
+my $g_fwd_b = $node->safe_psql('postgres',
+	q{SELECT generation FROM hoplock_acquire('fwd', 'b', '1 h')});
+cmp_ok($g_fwd_b || 0, '>', $g_fwd_a,
+	'a step forward past the ttl ends a running term early: another owner takes it, in a new term');
 $node->poll_query_until('postgres',
-	q{SELECT state = 'h' AND generation = 2 FROM hoplock_internal.lease WHERE name = 'fwd'})
+	qq{SELECT state = 'h' AND generation = $g_fwd_b FROM hoplock_internal.lease WHERE name = 'fwd'})
   or die 'lost';
+$log_offset = -s $node->logfile;
 step_clock(undef);
-is($node->safe_psql('postgres', q{SELECT owner || '/' || generation FROM hoplock_holder('fwd')}), 'b/2',
+is($node->safe_psql('postgres', q{SELECT owner || '/' || generation FROM hoplock_holder('fwd')}), "b/$g_fwd_b",
 	'and when the clock steps back, the new term is still held');
 is($node->safe_psql('postgres', q{SELECT hoplock_renew('fwd', 'a', '1 h') IS NULL}), 't',
 	'the old holder cannot renew');
-is($node->safe_psql('postgres', q{SELECT generation FROM hoplock_acquire('fwd', 'b', '1 h')}), '2',
+is($node->safe_psql('postgres', qq{SELECT hoplock_renew('fwd', 'a', '1 h', $g_fwd_a) IS NULL}), 't',
+	'not with its own generation either');
+is($node->safe_psql('postgres', q{SELECT generation FROM hoplock_acquire('fwd', 'b', '1 h')}), $g_fwd_b,
 	'the new holder still can');
+# Minted 2 h ahead of the real clock: a new name's first term is above them
+# all the same (the branch begins above the data), with the warning.
+cmp_ok($node->safe_psql('postgres', q{SELECT generation FROM hoplock_acquire('after-fwd', 'c', '1 h')}),
+	'>', $g_fwd_b, 'a term granted after the clock stepped back is above those granted 2 h ahead');
+like(substr(slurp_file($node->logfile), $log_offset),
+	qr/WARNING:  the server's clock is 7[0-9]{3}\.[0-9]+ s behind hoplock's data/,
+	'and the branch begun on the real clock warns that it is about 2 h behind the data');
 
 $node->stop;
 done_testing();

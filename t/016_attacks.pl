@@ -221,7 +221,10 @@ $node->safe_psql($_, 'CREATE EXTENSION hoplock') foreach ('latin1db', 'asciidb')
 like($err, qr/must not contain control characters/, 'LATIN1: a C1 control character (0x85) is refused');
 ($ret, $out, $err) = $node->psql('latin1db',
 	q{SET client_encoding = 'LATIN1'; SELECT generation FROM hoplock_acquire(E'caf\xe9', 'o', '1 h')});
-is($out, '1', 'LATIN1: an accented letter is a name like any other');
+like($out, qr/^\d+$/, 'LATIN1: an accented letter is a name like any other');
+is( $node->safe_psql('latin1db',
+		q{SET client_encoding = 'LATIN1'; SELECT owner || '/' || generation FROM hoplock_holder(E'caf\xe9')}),
+	"o/$out", 'LATIN1: and holds the term it was granted');
 ($ret, $out, $err) = $node->psql('asciidb', q{SELECT hoplock_acquire(E'a\xffb', 'o', '1 h')});
 like($err, qr/must be valid UTF-8/, 'SQL_ASCII: a name that is not valid UTF-8 is refused');
 ($ret, $out, $err) = $node->psql('asciidb', q{SELECT hoplock_acquire(E'a\xc2\x9bb', 'o', '1 h')});
@@ -229,7 +232,7 @@ like($err, qr/must not contain control characters/, 'SQL_ASCII: a C1 control cha
 
 # The owner of the schema hoplock was installed in cannot drop it with the
 # schema (DROP SCHEMA ... CASCADE, DROP OWNED): that would forget every
-# lease and start the generations again at 1.
+# lease, and the branch history with it.
 $node->safe_psql('postgres', q{
 	CREATE DATABASE ownerdb;
 	CREATE ROLE schema_owner LOGIN;
@@ -237,8 +240,9 @@ $node->safe_psql('postgres', q{
 $node->safe_psql('ownerdb', q{
 	CREATE SCHEMA owned AUTHORIZATION schema_owner;
 	CREATE EXTENSION hoplock SCHEMA owned;
-	SELECT owned.hoplock_acquire('kept', 'o', '1 h');
 });
+my $kept = $node->safe_psql('ownerdb',
+	q{SELECT generation FROM owned.hoplock_acquire('kept', 'o', '1 h')});
 ($ret, $out, $err) = $node->psql('ownerdb', 'DROP SCHEMA owned CASCADE',
 	extra_params => [ '-U', 'schema_owner' ]);
 like($err, qr/permission denied to drop extension "hoplock"/,
@@ -248,7 +252,7 @@ like($err, qr/permission denied to drop extension "hoplock"/,
 like($err, qr/permission denied to drop extension "hoplock"/,
 	'nor with DROP OWNED');
 is($node->safe_psql('ownerdb', q{SELECT generation FROM owned.hoplock_holder('kept')}),
-	'1', 'the lease is still there');
+	$kept, 'the lease is still there, with the generation it was granted');
 
 # --- A database owner's stream of ALTER DATABASE --------------------------------
 # Each one makes the launcher read pg_database again, no more: it must not
@@ -271,4 +275,47 @@ $node->safe_psql('postgres', 'ALTER SYSTEM RESET log_min_messages');
 $node->reload;
 
 $node->stop;
+
+# --- Copies of a database, each holding a transaction open ----------------------
+# Every database that numbers events takes an entry in shared memory.  A
+# role with CREATEDB that owns a hoplock database can copy it many times
+# and leave, in each copy, a transaction that took an event number: if the
+# entries could all be held that way, every other database's term changes
+# (and its worker's announcements) would fail.  Entries held so are never
+# given away, so there must be more of them than sessions can hold.
+my $crowd = PostgreSQL::Test::Cluster->new('crowd');
+$crowd->init;
+$crowd->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'hoplock'
+hoplock.max_databases = 1
+max_connections = 20
+});
+$crowd->start;
+$crowd->safe_psql('postgres', q{
+	CREATE ROLE victim LOGIN;
+	CREATE ROLE mallory LOGIN CREATEDB;
+	CREATE DATABASE victimdb;
+	CREATE DATABASE mallorydb OWNER mallory;
+});
+$crowd->safe_psql($_, 'CREATE EXTENSION hoplock') for qw(victimdb mallorydb);
+is($crowd->safe_psql('victimdb', q{SELECT hoplock_acquire('job', 'v', '1 h') IS NOT NULL},
+		extra_params => [ '-U', 'victim' ]),
+	't', 'the victim database numbers an event');
+my @held;
+for my $i (1 .. 12)
+{
+	$crowd->safe_psql('postgres', "CREATE DATABASE copy$i TEMPLATE mallorydb",
+		extra_params => [ '-U', 'mallory' ]);
+	my $s = $crowd->background_psql("copy$i", on_error_stop => 0,
+		extra_params => [ '-U', 'mallory' ]);
+	$s->query(q{BEGIN; SELECT hoplock_acquire('x', 'm', '1 h')});
+	push @held, $s;
+}
+($ret, $out, $err) = $crowd->psql('victimdb',
+	q{SELECT hoplock_release('job', 'v'), hoplock_acquire('job2', 'v', '1 h') IS NOT NULL},
+	extra_params => [ '-U', 'victim' ]);
+is($out, 't|t', 'twelve copies holding transactions open do not stop the victim database\'s term changes');
+is($err, '', 'and raise nothing there');
+$_->quit for @held;
+$crowd->stop;
 done_testing();

@@ -116,9 +116,17 @@ my $unserved = $node->safe_psql($other, qq{
 	SELECT datname FROM hoplock_workers
 	 WHERE state = 'unserved' AND datname IN ($with_in)
 	 ORDER BY datname LIMIT 1});
-is($node->safe_psql($unserved,
-	q{SELECT generation FROM hoplock_acquire('x', 'a', '1 min')}),
-	'1', 'an unserved database still grants leases');
+# The first term of a name: a generation minted on the database's current
+# branch (c above its floor, the branch's tag), held as granted.
+my $granted = $node->safe_psql($unserved,
+	q{SELECT generation FROM hoplock_acquire('x', 'a', '1 min')});
+is($node->safe_psql($unserved, qq{
+	SELECT h.owner = 'a' AND h.generation = $granted
+	       AND ($granted >> 11) >= b.floor AND ($granted & 2047) = b.tag
+	  FROM hoplock_holder('x') AS h,
+	       (SELECT floor, tag FROM hoplock_internal.branch
+	         WHERE reason <> 'written' ORDER BY floor DESC LIMIT 1) AS b}),
+	't', 'an unserved database still grants leases');
 ok(!$node->log_contains('hoplock could not start a worker for database "postgres"'),
 	'no warning for a database without hoplock');
 

@@ -1,20 +1,24 @@
-# ALTER EXTENSION hoplock UPDATE from 1.0.0 to 1.1.0 with leases held
+# ALTER EXTENSION hoplock UPDATE from 1.0.0 to 1.2.0 (through 1.1.0) with leases held
 # across it: running terms carry over (the same owner renews in the same
 # generation, others are contended, fences hold), so do the roles that began
 # them (bound to their OIDs now) and the generations (a name's next term
-# counts on above its last, in 1.0.0's era); the expiry worker, which waits
+# is above its last 1.0.0 generation, above every one 1.0.0 granted: the
+# first value minted after the update begins a branch, reason 'upgrade',
+# whose floor rests above the data and the clock); the expiry worker, which waits
 # while the SQL objects are 1.0.0's, takes over afterwards and announces the
 # terms that lapse -- those that lapsed before the update too, once. Then
-# the upgraded extension is the same, object for object, as 1.1.0 installed
+# the upgraded extension is the same, object for object, as 1.2.0 installed
 # afresh in another database: members, definitions, privileges, comments,
 # dependencies, the tables' columns, constraints, indexes and options, the
 # extension's configuration tables, and what pg_dump makes of them.
 #
-# The 1.1.0 library refuses to work on 1.0.0's SQL objects, so the 1.0.0
+# The library refuses to work on 1.0.0's SQL objects, so the 1.0.0
 # state is written into hoplock_internal.lease directly, as 1.0.0 wrote it:
 # a fresh cluster is on timeline 1, era 0, so a name's generations are 1,
 # 2, 3, ...; terms are bound to role names; a session-bound term records
-# the backend's pid and start time.
+# the backend's pid and start time. (The library leaves a SQL write of its
+# tables alone while the extension is not at its version: no branch is
+# marked stale by these rows.)
 use strict;
 use warnings;
 use lib 't/lib';
@@ -68,9 +72,9 @@ is($node->safe_psql('legacy', q{SELECT extversion FROM pg_extension WHERE extnam
 	'1.0.0', 'hoplock 1.0.0 is installed');
 like(call('legacy', q{SELECT hoplock.hoplock_acquire('x', 'y', '1 h')}),
 	qr/^55000 extension "hoplock" must be updated/,
-	'the 1.1.0 library refuses 1.0.0\'s objects with 55000');
+	'the library refuses 1.0.0\'s objects with 55000');
 
-# The server restarts (with the 1.1.0 library, as after installing it).
+# The server restarts (with the new library, as after installing it).
 # Until the update the worker waits (README, "Upgrading"): it is not started
 # over and over, and the launcher does not report, falsely, that no worker
 # could be started for want of background worker slots. The wait lasts long
@@ -130,7 +134,7 @@ if ($ret != 0)
 	exit 0;
 }
 is($node->safe_psql('legacy', q{SELECT extversion FROM pg_extension WHERE extname = 'hoplock'}),
-	'1.1.0', 'the extension is at 1.1.0');
+	'1.2.0', 'the extension is at 1.2.0');
 
 # --- terms held across it --------------------------------------------------------
 is($node->safe_psql('legacy', q{SELECT owner || '/' || generation FROM hoplock.hoplock_holder('lapsing')}),
@@ -175,19 +179,46 @@ is($node->safe_psql('legacy', q{SELECT generation FROM hoplock.hoplock_renew('or
 	'1', '... but by a superuser, in its generation');
 
 # --- generations -----------------------------------------------------------------
-is( as_role('legacy', 'leader', q{SELECT generation FROM hoplock.hoplock_acquire('released', 'host-n:1', '1 h')}),
-	'6', 'a released name\'s next term: its last generation (5) plus one, in 1.0.0\'s era');
-is( as_role('legacy', 'leader', q{SELECT generation FROM hoplock.hoplock_acquire('announced', 'host-n:1', '1 h')}),
-	'7', 'so is a lapsed one\'s (6 + 1)');
-is( as_role('legacy', 'leader', q{SELECT generation FROM hoplock.hoplock_acquire('new-name', 'host-n:1', '1 h')}),
-	'1', 'a name never used starts at 1, as in 1.0.0\'s era 0');
-is( $node->safe_psql('legacy', q{
-		SELECT f.system_identifier = s.system_identifier AND f.database = d.oid,
-		       f.base_era, f.base_timeline, f.last_timeline
-		  FROM hoplock_internal.floor AS f, pg_control_system() AS s, pg_database AS d
+# The greatest generation 1.0.0 granted here: bound's 8.
+my $legacy_max = 8;
+
+# Is generation $g a 1.2 value above $above (and above every 1.0.0
+# generation), minted on a branch begun by the update: its tag, c at or
+# above its floor?
+sub after_update
+{
+	my ($g, $above) = @_;
+	return 'not a generation: ' . ($g // 'undef') unless defined $g && $g =~ /^\d+$/;
+	return $node->safe_psql('legacy', qq{
+		SELECT $g > $above AND $g > $legacy_max AND EXISTS (
+			SELECT FROM hoplock_internal.branch AS b
+			 WHERE b.reason IN ('upgrade', 'start') AND b.tag = ($g & 2047) AND ($g >> 11) >= b.floor)});
+}
+
+my %next;
+$next{released} = as_role('legacy', 'leader', q{SELECT generation FROM hoplock.hoplock_acquire('released', 'host-n:1', '1 h')});
+is(after_update($next{released}, 5), 't',
+	"a released name's next term ($next{released}): above its last 1.0.0 generation (5), on the update's branch");
+$next{announced} = as_role('legacy', 'leader', q{SELECT generation FROM hoplock.hoplock_acquire('announced', 'host-n:1', '1 h')});
+is(after_update($next{announced}, 6), 't',
+	"so is a lapsed one's ($next{announced} > 6)");
+$next{'new-name'} = as_role('legacy', 'leader', q{SELECT generation FROM hoplock.hoplock_acquire('new-name', 'host-n:1', '1 h')});
+is(after_update($next{'new-name'}, 0), 't',
+	"a name never used starts above every generation 1.0.0 granted ($next{'new-name'} > $legacy_max)");
+# The first value minted after the update (the renewal's row version above)
+# began a branch: reason 'upgrade' (a sibling begun at once by the worker
+# is one too), no parent, on this cluster, database and timeline; its fork
+# point is the greatest event number in the data (1.0.0 kept none: 0), its
+# floor above every 1.0.0 value. No other branch: nothing wrote the tables.
+is( $node->safe_psql('legacy', qq{
+		SELECT string_agg(DISTINCT b.reason, ',') || '|'
+		       || bool_and(b.parent_tag IS NULL AND b.system_identifier = s.system_identifier
+		                   AND b.database = d.oid AND b.timeline = 1) || '|'
+		       || bool_and(b.fork_point = 0 AND b.floor > $legacy_max)
+		  FROM hoplock_internal.branch AS b, pg_control_system() AS s, pg_database AS d
 		 WHERE d.datname = current_database()}),
-	't|0|1|1',
-	'the first 1.1.0 term records the floor: this cluster and database, era 0 on timeline 1');
+	'upgrade|true|true',
+	'the first term after the update began a branch: reason upgrade, this cluster, database and timeline 1, above 1.0.0\'s values');
 
 # --- the expiry worker takes over ------------------------------------------------
 ok( $node->poll_query_until('legacy', q{
@@ -216,17 +247,24 @@ SKIP:
 }
 
 $listener->reset;
-is( as_role('legacy', 'bystander', q{SELECT generation FROM hoplock.hoplock_acquire('lapsing', 'host-y:1', '1 h')}),
-	'3', 'the lapsed term is taken over, with the next generation');
-is( as_role('legacy', 'bystander', q{SELECT generation FROM hoplock.hoplock_acquire('lapsed', 'host-y:1', '1 h')}),
-	'5', 'so is the one that lapsed before the update');
-is( as_role('legacy', 'bystander', q{SELECT generation FROM hoplock.hoplock_acquire('bound', 'host-y:1', '1 h')}),
-	'9', 'and the ended session-bound one');
+$next{lapsing} = as_role('legacy', 'bystander', q{SELECT generation FROM hoplock.hoplock_acquire('lapsing', 'host-y:1', '1 h')});
+is(after_update($next{lapsing}, 2), 't',
+	"the lapsed term is taken over, above its generation ($next{lapsing} > 2)");
+$next{lapsed} = as_role('legacy', 'bystander', q{SELECT generation FROM hoplock.hoplock_acquire('lapsed', 'host-y:1', '1 h')});
+is(after_update($next{lapsed}, 4), 't',
+	"so is the one that lapsed before the update ($next{lapsed} > 4)");
+$next{bound} = as_role('legacy', 'bystander', q{SELECT generation FROM hoplock.hoplock_acquire('bound', 'host-y:1', '1 h')});
+is(after_update($next{bound}, 8), 't',
+	"and the ended session-bound one ($next{bound} > 8)");
 $events = $listener->collect(3, sub { @{ $_[0] } >= 3 });
 $events = $listener->collect(0.5);
+# the payload's generation as JSON decodes it (DBD::Pg's listener: Perl's
+# 64-bit integers, exact)
 is_deeply([ sort map { "$_->{event} $_->{name} $_->{generation}" } @$events ],
-	[ 'acquired bound 9', 'acquired lapsed 5', 'acquired lapsing 3' ],
+	[ "acquired bound $next{bound}", "acquired lapsed $next{lapsed}", "acquired lapsing $next{lapsing}" ],
 	'the takeovers announce no second end of the terms the worker ended');
+like(call('legacy', q{SELECT hoplock.hoplock_fence('lapsing', 2)}, 'bystander'),
+	qr/^55P03 /, 'a fence of the 1.0.0 term of a name taken over since is refused (55P03)');
 
 is( $node->safe_psql('legacy', q{
 		SELECT string_agg(name || '/' || generation || '/' || how, ' ' ORDER BY name)
@@ -236,13 +274,13 @@ is( $node->safe_psql('legacy', q{
 my $seq = $node->safe_psql('legacy', q{
 	SELECT string_agg(event || ' ' || name || ' ' || generation, ', ' ORDER BY seq)
 	  FROM hoplock.hoplock_events(0) WHERE name = 'lapsing'});
-is($seq, 'expired lapsing 2, acquired lapsing 3',
+is($seq, "expired lapsing 2, acquired lapsing $next{lapsing}",
 	'hoplock_events: the end of the term held across the update, then the next term');
 
 is($node->safe_psql('legacy', q{SELECT owner || '/' || generation FROM hoplock.hoplock_holder('scheduler')}),
 	'host-a:4242/3', 'the renewed term still holds');
 
-# --- the upgraded extension is 1.1.0 as installed afresh -------------------------
+# --- the upgraded extension is 1.2.0 as installed afresh -------------------------
 $node->safe_psql('fresh', q{
 	CREATE SCHEMA hoplock;
 	CREATE EXTENSION hoplock SCHEMA hoplock;
@@ -251,8 +289,8 @@ $node->safe_psql('fresh', q{
 my $fresh = Hoplock::Schema::fingerprint($node, 'fresh');
 my $upgraded = Hoplock::Schema::fingerprint($node, 'legacy');
 like($fresh, qr/^== member table hoplock_internal\.lease$/m, 'the description lists the extension\'s members');
-my $diff = Hoplock::Schema::diff($fresh, $upgraded, 'installed-1.1.0', 'upgraded-from-1.0.0');
-ok($diff eq '', 'the upgraded extension is identical to a fresh install of 1.1.0')
+my $diff = Hoplock::Schema::diff($fresh, $upgraded, 'installed-1.2.0', 'upgraded-from-1.0.0');
+ok($diff eq '', 'the upgraded extension is identical to a fresh install of 1.2.0')
   or diag($diff);
 
 # The comparison sees each kind of difference (every change below is rolled

@@ -235,10 +235,10 @@ open my $mfh, '>', "$tmp/src/META.json" or die $!;
 print $mfh $meta_text;
 close $mfh;
 open my $cfh, '>', "$tmp/src/hoplock.control" or die $!;
-print $cfh $control_text =~ s/^default_version\s*=.*$/default_version = '1.2.0'/mr;
+print $cfh $control_text =~ s/^default_version\s*=.*$/default_version = '9.9.9'/mr;
 close $cfh;
 ($ok, $out, $err) = dist("$tmp/bad-control", '--worktree');
-ok(!$ok && $err =~ /"version" is \Q$version\E, but the control file's default_version is 1\.2\.0/,
+ok(!$ok && $err =~ /"version" is \Q$version\E, but the control file's default_version is 9\.9\.9/,
 	'a control file whose default_version META.json does not carry is refused too')
   or diag($err);
 git('checkout', '-q', '--', '.');
@@ -348,11 +348,17 @@ jit = off
 		join(' ', sort map { /^hoplock--([^-]+)\.sql$/ ? $1 : () } @scripts),
 		'every version of it is available');
 	is( $node->safe_psql('postgres', q{
-			SELECT path FROM pg_extension_update_paths('hoplock') WHERE source = '1.0.0' AND target = '1.1.0'}),
-		'1.0.0--1.1.0', 'the upgrade from 1.0.0 is installed');
+			SELECT path FROM pg_extension_update_paths('hoplock') WHERE source = '1.0.0' AND target = '1.2.0'}),
+		'1.0.0--1.1.0--1.2.0', 'the upgrades from 1.0.0 and 1.1.0 are installed');
+	# a first term: its generation minted on the first branch of the
+	# fresh install (c above its floor, its tag), and held as granted
+	my $granted = $node->safe_psql('postgres', q{
+			SELECT owner || '/' || generation FROM hoplock.hoplock_acquire('pgxn', 'host-a', '1 h')});
 	is( $node->safe_psql('postgres', q{
-			SELECT owner || '/' || generation FROM hoplock.hoplock_acquire('pgxn', 'host-a', '1 h')}),
-		'host-a/1', 'it works: a first term');
+			SELECT h.owner || '/' || h.generation || ' ' || b.reason || ' '
+			       || ((h.generation >> 11) >= b.floor AND (h.generation & 2047) = b.tag)
+			  FROM hoplock.hoplock_holder('pgxn') AS h, hoplock_internal.branch AS b}),
+		"$granted first true", 'it works: a first term');
 	ok( $node->poll_query_until('postgres', q{
 			SELECT pid IS NOT NULL FROM hoplock.hoplock_workers WHERE datname = 'postgres'}),
 		'the preloaded library runs the expiry worker');

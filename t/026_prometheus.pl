@@ -21,6 +21,14 @@ $node->start;
 $node->safe_psql('postgres', q{
 	CREATE SCHEMA hoplock;
 	CREATE EXTENSION hoplock SCHEMA hoplock;
+});
+# the counters live in the database's worker slot: calls made before the
+# launcher has given the database one are not counted
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock.hoplock_workers
+	   WHERE datname = 'postgres' AND state <> 'unserved'})
+  or die 'no worker';
+$node->safe_psql('postgres', q{
 	SELECT hoplock.hoplock_acquire('billing-scheduler', 'host-a:4242', '1 h');
 	SELECT hoplock.hoplock_acquire('billing-scheduler', 'host-b:4343', '1 h');
 	SELECT hoplock.hoplock_acquire('mailer', 'host-b:4343', '10 min');
@@ -59,8 +67,18 @@ ok($metrics ne '', 'the exporter serves hoplock metrics') or diag($err);
 
 like($metrics, qr/^hoplock_lease_held\{[^}]*name="billing-scheduler"[^}]*owner="host-a:4242"[^}]*\} 1$/m,
 	'who leads billing-scheduler');
-like($metrics, qr/^hoplock_lease_generation\{[^}]*name="mailer"[^}]*owner="host-c:4444"[^}]*\} 2$/m,
-	'the generation of mailer\'s term');
+# A gauge is a float64: the generation (about 1.7e18) comes out rounded to
+# 53 bits, 256 apart at most, while one name's generations on one branch
+# are at least 2048 apart. It is the float of mailer's running term, the
+# second (above the first, which was released), as the server rounds it.
+my ($gauge) = $metrics =~ /^hoplock_lease_generation\{[^}]*name="mailer"[^}]*owner="host-c:4444"[^}]*\} (\S+)$/m;
+is( defined $gauge && $gauge =~ /^[0-9.e+]+$/ && $node->safe_psql('postgres', qq{
+		SELECT l.generation::float8 = '$gauge'::float8
+		       AND '$gauge'::float8 > (SELECT max(generation)::float8 FROM hoplock.hoplock_history
+		                                WHERE name = 'mailer' AND generation < l.generation)
+		  FROM hoplock.hoplock_leases AS l WHERE l.name = 'mailer' AND l.owner = 'host-c:4444'}),
+	't', 'the generation of mailer\'s term')
+  or diag($gauge // 'none');
 my ($left) = $metrics =~ /^hoplock_lease_seconds_left\{[^}]*name="billing-scheduler"[^}]*\} (\S+)$/m;
 ok(defined $left && $left > 3500 && $left <= 3600, 'seconds left of a 1 h term')
   or diag($left // 'none');

@@ -4,6 +4,7 @@
 # with SIGKILL and the other takes over -- within milliseconds when the
 # term is bound to the session, within the ttl otherwise -- with a greater
 # generation; the work log never goes back a generation; SIGTERM releases.
+# A leader whose term is force-released stops on the event that says so.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -107,6 +108,50 @@ for my $lang (sort keys %programs)
 		is(holder($lease), '', "$lease: SIGTERM released the lease");
 		is($err{$follower}, '', "$lease: the follower printed no error");
 	}
+}
+
+# The end of a term announced by an event: the leader stops on the event
+# (confirmed with the server), not later at its next fence or renewal.
+# Generations are above 2^53, where JavaScript's JSON.parse rounds the
+# payload's number: a client comparing it with the generation SQL returned
+# would never match, and would only find out at the fence. The term is
+# force-released just after a unit of work, so that the leader is asleep
+# (half a second) when the event comes, and long before its first renewal
+# (a third of the 30 s ttl).
+for my $lang (sort keys %programs)
+{
+	next if $lang eq 'python' && system('/usr/bin/python3 -c "import psycopg2" 2>/dev/null') != 0;
+	next if $lang eq 'node' && !-d 'examples/node/node_modules/pg';
+	my $lease = "$lang-event";
+	local $ENV{LEADER_TTL} = '30';
+	local $ENV{LEADER_SESSION_BOUND} = '0';
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start([ @{ $programs{$lang} }, $lease ], '>', \$out, '2>', \$err);
+	$node->poll_query_until('postgres',
+		qq{SELECT count(*) >= 2 FROM work_log WHERE lease = '$lease'})
+	  or die "$lease: it never led";
+	my ($owner, $gen) = split /\|/, holder($lease);
+	$node->safe_psql('postgres', qq{
+		DO \$\$
+		DECLARE
+			last_id bigint := (SELECT max(id) FROM work_log WHERE lease = '$lease');
+		BEGIN
+			WHILE (SELECT max(id) FROM work_log WHERE lease = '$lease') = last_id LOOP
+				PERFORM pg_catalog.pg_sleep(0.005);
+			END LOOP;
+			PERFORM hoplock.hoplock_force_release('$lease');
+		END \$\$});
+	for (1 .. 100)
+	{
+		$h->pump_nb;
+		last if $out =~ /^lost: /m;
+		usleep(50_000);
+	}
+	like($out, qr/^leading, generation \Q$gen\E\nlost: the term ended$/m,
+		"$lease: the leader of generation $gen stops on the event of its term's end");
+	$h->signal('TERM');
+	$h->finish;
+	is($err, '', "$lease: it printed no error");
 }
 
 $node->stop;

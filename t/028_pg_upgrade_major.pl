@@ -1,9 +1,13 @@
 # pg_upgrade from an older major version of PostgreSQL with hoplock leases
 # to the version running this test (make test-matrix runs it from 13 to 17
 # and to 18): the running terms, released names and generations carry over,
-# a name's next term is above its last, the event numbers continue, terms
-# announced as expired before the upgrade are not announced again, and the
-# new cluster's expiry worker serves the database at once.
+# the running term's handle too until it is renewed, after which the old
+# handle neither writes nor deletes; the new cluster begins a branch of its
+# own (docs/forks-and-events.md), so a name's next term is above its last
+# and above every value the old cluster minted, and the event numbers
+# continue above the old ones; terms announced as expired before the
+# upgrade are not announced again, and the new cluster's expiry worker
+# serves the database at once.
 #
 # HOPLOCK_UPGRADE_FROM names the older installation (a prefix with bin/,
 # lib/ and share/, hoplock installed into it, as scripts/pg-build makes
@@ -81,6 +85,12 @@ my $leases_before = $old->safe_psql('app',
 	    FROM hoplock_leases});
 my $last_seq = $old->safe_psql('app', q{SELECT max(seq) FROM hoplock_events(0)});
 my $history_before = $old->safe_psql('app', q{SELECT count(*) FROM hoplock_history});
+my $handle_before = $old->safe_psql('app', q{SELECT handle FROM hoplock_read('held')});
+# The greatest value the old cluster minted: generations, row versions,
+# event numbers.
+my $old_max = $old->safe_psql('app', q{
+	SELECT greatest((SELECT max(greatest(generation, version)) FROM hoplock_internal.lease),
+	                (SELECT max(greatest(generation, begin_seq, end_seq)) FROM hoplock_internal.history))});
 $old->stop;
 
 # --- pg_upgrade -----------------------------------------------------------
@@ -112,6 +122,8 @@ is($new->safe_psql('app',
 	$leases_before, 'the leases are the same after the upgrade');
 is($new->safe_psql('app', q{SELECT count(*) FROM hoplock_history}),
 	$history_before, 'the history of terms is the same');
+is($new->safe_psql('app', q{SELECT handle FROM hoplock_read('held')}),
+	$handle_before, 'the running term\'s state has the same handle');
 is( $new->safe_psql('app',
 		q{SELECT generation || '/' || expires_at FROM hoplock_renew('held', 'a', '2 h', (SELECT generation FROM hoplock_holder('held')))},
 		extra_params => [ '-U', 'leader' ]) =~ s{/.*}{}r,
@@ -119,16 +131,36 @@ is( $new->safe_psql('app',
 	'the running term is renewed by its owner, in the same generation');
 is($new->safe_psql('app', q{SELECT hoplock_acquire('held', 'b', '1 h') IS NULL}),
 	't', 'and is still held against others');
+is( $new->safe_psql('app', qq{
+		SELECT hoplock_write('held', '$handle_before', 'a', '1 h') IS NULL,
+		       hoplock_delete('held', '$handle_before'),
+		       (SELECT handle FROM hoplock_read('held')) <> '$handle_before'}),
+	't|f|t', 'after the renewal the handle from before the upgrade neither writes nor deletes');
 
+my %next;
 foreach my $name (qw(bumped released lapsed))
 {
 	my $g = $new->safe_psql('app',
 		qq{SELECT hoplock_force_release('$name');
 		   SELECT generation FROM hoplock_acquire('$name', 'new', '1 h')});
 	$g = (split /\n/, $g)[-1];
+	$next{$name} = $g;
 	cmp_ok($g, '>', $before{$name},
 		"$name: the next term's generation is above its last before the upgrade");
 }
+# ... above every value the old cluster minted, on a branch begun by the
+# new cluster (its system identifier; not the mark of a SQL write), whose
+# floor is above the old cluster's values.
+is( $new->safe_psql('app', qq{
+		SELECT count(*) || '|' || bool_and(n.g > $old_max) || '|'
+		       || bool_and(EXISTS (
+		              SELECT FROM hoplock_internal.branch AS b, pg_control_system() AS s
+		               WHERE b.reason <> 'written' AND b.system_identifier = s.system_identifier
+		                 AND b.tag = (n.g & 2047) AND (n.g >> 11) >= b.floor
+		                 AND b.floor > ($old_max >> 11)))
+		  FROM unnest(ARRAY[@{[ join(',', map { $_ =~ /^\d+$/ ? $_ : 0 } @next{qw(bumped released lapsed)}) ]}]::bigint[]) AS n(g)}),
+	'3|true|true', 'the next terms are above every value of the old cluster\'s, on a branch the new cluster began')
+  or diag($new->safe_psql('app', q{SELECT * FROM hoplock_internal.branch ORDER BY floor}));
 
 # The worker serves the database at once: a term that lapses now is
 # announced; the one announced before the upgrade is not announced again.

@@ -489,7 +489,7 @@ sub check
 	# --- events_once --------------------------------------------------------------
 	my %ann;    # "n\0g\0begin|end" => { seq => event }
 	my @strict = grep { $_->{ev} ne 'renewed' && kept_visible($h, $_->{port}, $_->{t}) } @{ $h->{notes} };
-	push @strict, map { { %$_, src => 'hoplock_events(0)' } } @{ $final->{events} };
+	push @strict, map { { %$_, src => 'hoplock_events(0)' } } grep { $_->{ev} ne 'renewed' } @{ $final->{events} };
 	for my $e (@strict)
 	{
 		my $kind = $e->{ev} eq 'acquired' ? 'begin' : 'end';
