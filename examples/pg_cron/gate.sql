@@ -38,9 +38,14 @@
 -- rule for queued runs reads hoplock_history, so it needs
 -- hoplock.history_size > 0 (the default).
 --
--- The roles that own the jobs need USAGE on schema cron_gate, INSERT and
--- UPDATE on cron_gate.log and USAGE on its sequence (GRANT them if the
--- jobs do not run as a superuser); EXECUTE on the functions and on
+-- Jobs that do not run as a superuser need, for each role that owns
+-- them (SELECT too: releasing updates the run's row, found by a WHERE):
+--
+--   GRANT USAGE ON SCHEMA cron_gate TO job_owner;
+--   GRANT SELECT, INSERT, UPDATE ON cron_gate.log TO job_owner;
+--   GRANT USAGE ON SEQUENCE cron_gate.log_id_seq TO job_owner;
+--
+-- and USAGE on hoplock's schema; EXECUTE on the functions and on
 -- hoplock's is PUBLIC's.
 
 CREATE SCHEMA IF NOT EXISTS cron_gate;

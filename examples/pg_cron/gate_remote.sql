@@ -14,10 +14,28 @@
 --       $$CALL cron_gate.run_via('dbname=postgres', 'rollup', '10 min', 'SELECT refresh_rollups()')$$,
 --       'b');
 --
+-- A job that does not run as a superuser must authenticate its dblink
+-- connection with a password (dblink requires it).  Never write one into
+-- lease_db: the job's command is its pg_stat_activity.query for the whole
+-- run, and cron.job's command, both readable by every pg_read_all_stats
+-- member (run_via refuses a lease_db that holds a password).  Keep it in a
+-- user mapping of a foreign server, which only a superuser and the mapped
+-- user can read, and name the server instead:
+--
+--   CREATE SERVER lease_db FOREIGN DATA WRAPPER dblink_fdw
+--       OPTIONS (host '/var/run/postgresql', dbname 'postgres');
+--   CREATE USER MAPPING FOR job_owner SERVER lease_db
+--       OPTIONS (user 'job_owner', password '...');
+--   GRANT USAGE ON FOREIGN SERVER lease_db TO job_owner;
+--   GRANT USAGE ON SCHEMA cron_gate TO job_owner;
+--   ... $$CALL cron_gate.run_via('lease_db', 'rollup', '10 min', ...)$$ ...
+--
+-- In the lease's database, job_owner needs the grants gate.sql lists.
+--
 -- cron_gate.run_via(lease_db, lease, ttl, command) does what
 -- cron_gate.run does, with the lease, and the log, in the database that
--- lease_db -- a dblink connection string, or the name of a foreign server
--- with a user mapping -- connects to:
+-- lease_db -- the name of a foreign server with a user mapping, or a
+-- dblink connection string without a password -- connects to:
 --   * a gate session there takes the lease, bound to that session, and
 --     holds hoplock_fence open in a transaction while the command runs
 --     here; the command commits here only if the gate session still
@@ -31,8 +49,6 @@
 --     fails instead of committing.  Here ttl bounds how long the lease
 --     excludes a section's execution, not only its effects: make it the
 --     longest the section may ever take, with room to spare.
--- A non-superuser's dblink connection must authenticate with a password
--- (in the connection string, or in the user mapping of a foreign server).
 -- Across servers, the skip rule for queued runs compares this server's
 -- minute with the times the lease's server recorded: keep the clocks in
 -- sync.
@@ -51,15 +67,23 @@ DECLARE
     e_message text;
     e_detail text;
 BEGIN
+    -- a password here would be readable in pg_stat_activity.query
+    IF pg_catalog.strpos(pg_catalog.lower(lease_db), 'password') > 0
+       OR lease_db ~ '^[A-Za-z]+://[^/@]*:[^/@]*@' THEN
+        RAISE EXCEPTION 'cron_gate.run_via: lease_db must not hold a password'
+            USING ERRCODE = '22023',
+                  DETAIL = 'The job''s command is in pg_stat_activity, readable by every member of pg_read_all_stats.',
+                  HINT = 'Name a foreign server whose user mapping holds the password (see gate_remote.sql).';
+    END IF;
     IF link = ANY (cron_gate.dblink_get_connections()) THEN
         PERFORM cron_gate.dblink_disconnect(link);
     END IF;
     PERFORM cron_gate.dblink_connect(link, lease_db);
     -- the gate session idles in a transaction while the command runs
-    PERFORM cron_gate.dblink_exec(link, 'SET idle_in_transaction_session_timeout = 0');
+    PERFORM cron_gate.dblink_exec(link, 'SET idle_in_transaction_session_timeout = 0'::text);
     SELECT t.owner, t.generation INTO term
       FROM cron_gate.dblink(link, pg_catalog.format(
-               'SELECT owner, generation FROM cron_gate.enter(%L, %L, pg_catalog.to_timestamp(%s), %L, %s)',
+               'SELECT owner, generation FROM cron_gate.enter(%L::text, %L::interval, pg_catalog.to_timestamp(%s::double precision), %L::name, %s::integer)',
                lease, ttl,
                pg_catalog.date_part('epoch', pg_catalog.date_trunc('minute', pg_catalog.now())),
                pg_catalog.current_database(), pg_catalog.pg_backend_pid()))
@@ -69,9 +93,9 @@ BEGIN
         RETURN;                 -- skipped, and logged in the lease's database
     END IF;
 
-    PERFORM cron_gate.dblink_exec(link, 'BEGIN');
+    PERFORM cron_gate.dblink_exec(link, 'BEGIN'::text);
     PERFORM 1 FROM cron_gate.dblink(link,
-        pg_catalog.format('SELECT 1 FROM hoplock.hoplock_fence(%L, %s)', lease, term.generation))
+        pg_catalog.format('SELECT 1 FROM hoplock.hoplock_fence(%L::text, %s::bigint)', lease, term.generation))
         AS t(ok integer);
     BEGIN
         EXECUTE command;
@@ -81,9 +105,9 @@ BEGIN
         failed := true;
     END;
     IF failed THEN
-        PERFORM cron_gate.dblink_exec(link, 'ROLLBACK');
+        PERFORM cron_gate.dblink_exec(link, 'ROLLBACK'::text);
         PERFORM * FROM cron_gate.dblink(link,
-            pg_catalog.format('SELECT cron_gate.leave(%L, %L, %s, %L)',
+            pg_catalog.format('SELECT cron_gate.leave(%L::text, %L::text, %s::bigint, %L::text)',
                               lease, term.owner, term.generation, e_message))
             AS t(released boolean);
         PERFORM cron_gate.dblink_disconnect(link);
@@ -94,11 +118,11 @@ BEGIN
     END IF;
 
     -- the gate session answers, so its fence still holds: commit here
-    PERFORM 1 FROM cron_gate.dblink(link, 'SELECT 1') AS t(ok integer);
+    PERFORM 1 FROM cron_gate.dblink(link, 'SELECT 1'::text) AS t(ok integer);
     COMMIT;
-    PERFORM cron_gate.dblink_exec(link, 'COMMIT');
+    PERFORM cron_gate.dblink_exec(link, 'COMMIT'::text);
     PERFORM * FROM cron_gate.dblink(link,
-        pg_catalog.format('SELECT cron_gate.leave(%L, %L, %s)', lease, term.owner, term.generation))
+        pg_catalog.format('SELECT cron_gate.leave(%L::text, %L::text, %s::bigint)', lease, term.owner, term.generation))
         AS t(released boolean);
     PERFORM cron_gate.dblink_disconnect(link);
 END

@@ -5,6 +5,8 @@
     LEADER_TTL=15                      ttl in seconds (fractions allowed)
     LEADER_SCHEMA=hoplock              schema hoplock is installed in
     LEADER_SESSION_BOUND=1             bind the term to this connection
+    LEADER_WORK_SCHEMA=public          schema of the table work_log: one that
+                                       no untrusted role can create in or owns
 
 The README's recipe: LISTEN first, then wait for the lease in the server;
 while leading, fence each unit of work, renew at a third of the ttl, and
@@ -19,6 +21,7 @@ row of NULLs.  The work here appends to work_log, created if missing.
 """
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -34,6 +37,7 @@ LEASE = sys.argv[1] if len(sys.argv) > 1 else "billing-scheduler"
 OWNER = "%s:%d" % (socket.gethostname(), os.getpid())
 TTL = float(os.environ.get("LEADER_TTL", "15"))
 SCHEMA = os.environ.get("LEADER_SCHEMA", "hoplock")
+WORK_SCHEMA = os.environ.get("LEADER_WORK_SCHEMA", "public")
 SESSION_BOUND = os.environ.get("LEADER_SESSION_BOUND", "") not in ("", "0")
 if TTL <= 0:
     sys.exit("leader.py: LEADER_TTL must be a positive number of seconds")
@@ -45,7 +49,10 @@ TRANSIENT = (psycopg2.OperationalError, psycopg2.errors.LockNotAvailable,
 
 
 def fn(name):
-    """A function of hoplock's, schema-qualified (never via search_path)."""
+    """A function of hoplock's, schema-qualified (never via search_path).
+    Every argument is cast to the parameter's exact type: an untyped one
+    would let an overload planted beside it (say hoplock_wait(text, text,
+    text, text, boolean)) match better, and capture the call."""
     return sql.SQL("{}.{}").format(sql.Identifier(SCHEMA), sql.Identifier(name))
 
 
@@ -71,7 +78,8 @@ def one(conn, query, args):
 
 def campaign(conn):
     """Wait in the server up to a ttl for the lease; its generation or None."""
-    q = sql.SQL("SELECT generation FROM {}(%s, %s, %s, %s, %s)").format(fn("hoplock_wait"))
+    q = sql.SQL("SELECT generation FROM {}(%s::text, %s::text, %s::interval, %s::interval, %s::boolean)"
+                  ).format(fn("hoplock_wait"))
     return one(conn, q, (LEASE, OWNER, TTL_SQL, TTL_SQL, SESSION_BOUND))[0]
 
 
@@ -80,10 +88,10 @@ def work(conn, generation):
     conn.autocommit = False
     try:
         with conn.cursor() as cur:
-            cur.execute(sql.SQL("SELECT {}(%s, %s)").format(fn("hoplock_fence")),
+            cur.execute(sql.SQL("SELECT {}(%s::text, %s::bigint)").format(fn("hoplock_fence")),
                         (LEASE, generation))
-            cur.execute("INSERT INTO work_log (lease, owner, generation) VALUES (%s, %s, %s)",
-                        (LEASE, OWNER, generation))
+            cur.execute(sql.SQL("INSERT INTO {}.work_log (lease, owner, generation) VALUES (%s, %s, %s)")
+                        .format(sql.Identifier(WORK_SCHEMA)), (LEASE, OWNER, generation))
         conn.commit()
     except Exception:
         conn.rollback()
@@ -92,41 +100,77 @@ def work(conn, generation):
         conn.autocommit = True
 
 
+def parse_event(payload):
+    """The (event, name, generation) a payload claims, or None if it is not
+    an event of hoplock's shape.  Any role may NOTIFY anything on the
+    channel: a payload is untrusted input, and what it claims a hint."""
+    try:
+        event = json.loads(payload)
+    except Exception:       # not JSON, or nested too deep
+        return None
+    if not isinstance(event, dict):
+        return None
+    kind, name = event.get("event"), event.get("name")
+    if not isinstance(kind, str) or not isinstance(name, str):
+        return None
+    generation = event.get("generation")
+    if isinstance(generation, bool) or not isinstance(generation, int):
+        text = event.get("generation_text")
+        if not isinstance(text, str) or not re.fullmatch(r"-?[0-9]{1,19}", text):
+            return None
+        generation = int(text)
+    return kind, name, generation
+
+
 def term_ended(listener, generation):
-    """Did an event say our term ended?  Events are hints: any role may NOTIFY."""
+    """Did an event say our term ended?  Events are hints: any role may
+    NOTIFY, so the caller confirms with the server before acting."""
     ended = False
     if select.select([listener], [], [], 0)[0]:
         listener.poll()
         while listener.notifies:
-            try:
-                event = json.loads(listener.notifies.pop(0).payload)
-            except ValueError:
+            payload = listener.notifies.pop(0).payload
+            event = parse_event(payload)
+            if event is None:
+                print("ignored a notification that is not an event: %r" % payload[:80], flush=True)
                 continue
-            if event.get("name") == LEASE and event.get("generation") == generation \
-                    and event.get("event") in ("released", "expired"):
+            kind, name, gen = event
+            if name == LEASE and gen == generation and kind in ("released", "expired"):
                 ended = True
     return ended
 
 
 def holder_generation(conn):
-    q = sql.SQL("SELECT generation FROM {}(%s)").format(fn("hoplock_holder"))
+    q = sql.SQL("SELECT generation FROM {}(%s::text)").format(fn("hoplock_holder"))
     return one(conn, q, (LEASE,))[0]
+
+
+def term_gone(conn, generation):
+    """Does the server say our term has ended?  If it cannot answer, lead on:
+    the next renewal, or the deadline, decides."""
+    try:
+        return holder_generation(conn) != generation
+    except psycopg2.Error as e:
+        print("could not confirm with hoplock_holder (%s): leading on"
+              % (e.pgcode or type(e).__name__), flush=True)
+        return False
 
 
 def lead(conn, listener, generation, sent_at):
     """Work while leading; returns the connection when the term is over."""
     deadline = sent_at + TTL
     next_renew = sent_at + TTL / 3
-    renew = sql.SQL("SELECT generation FROM {}(%s, %s, %s, %s)").format(fn("hoplock_renew"))
+    renew = sql.SQL("SELECT generation FROM {}(%s::text, %s::text, %s::interval, %s::bigint)"
+                    ).format(fn("hoplock_renew"))
     while time.monotonic() < deadline:
-        if term_ended(listener, generation) and holder_generation(conn) != generation:
+        if term_ended(listener, generation) and term_gone(conn, generation):
             print("lost: the term ended", flush=True)
             return conn
         try:
             work(conn, generation)
         except psycopg2.errors.LockNotAvailable:
             # fenced out, or the table busy for a moment: ask
-            if holder_generation(conn) != generation:
+            if term_gone(conn, generation):
                 print("lost: fenced out", flush=True)
                 return conn
         except TRANSIENT:
@@ -170,10 +214,11 @@ def main():
         cur.execute("LISTEN hoplock")
     with conn.cursor() as cur:
         cur.execute("SET client_min_messages = warning")
-        cur.execute("""CREATE TABLE IF NOT EXISTS work_log (
+        cur.execute(sql.SQL("""CREATE TABLE IF NOT EXISTS {}.work_log (
                            id bigserial PRIMARY KEY, lease text NOT NULL,
                            owner text NOT NULL, generation bigint NOT NULL,
-                           at timestamptz NOT NULL DEFAULT clock_timestamp())""")
+                           at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())""")
+                    .format(sql.Identifier(WORK_SCHEMA)))
     generation = None
     try:
         while True:
@@ -191,7 +236,7 @@ def main():
     except Stop:
         if generation is not None:
             try:
-                one(conn, sql.SQL("SELECT {}(%s, %s, %s)").format(fn("hoplock_release")),
+                one(conn, sql.SQL("SELECT {}(%s::text, %s::text, %s::bigint)").format(fn("hoplock_release")),
                     (LEASE, OWNER, generation))
             except psycopg2.Error:
                 pass

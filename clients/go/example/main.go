@@ -6,7 +6,8 @@
 // Start several: one leads, the others wait in the server and take over
 // within milliseconds when the leader stops (Ctrl-C), or within the TTL
 // when it dies or is cut off. Each unit of work is a row appended to the
-// table work_log (created if missing), in a transaction fenced with the
+// table work_log (created if missing, in the schema -work-schema names: one
+// that no untrusted role can create in or owns), in a transaction fenced with the
 // term's generation, so that a deposed leader's writes are refused.
 package main
 
@@ -19,6 +20,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,6 +38,7 @@ func main() {
 		name         = flag.String("name", "billing-scheduler", "lease name")
 		owner        = flag.String("owner", fmt.Sprintf("%s:%d", host, os.Getpid()), "this process's identity, unique per process")
 		schema       = flag.String("schema", postgres.DefaultSchema, "schema hoplock is installed in")
+		workSchema   = flag.String("work-schema", "public", "schema of the table work_log")
 		ttl          = flag.Duration("ttl", 15*time.Second, "lease TTL")
 		sessionBound = flag.Bool("session-bound", false, "end the term the moment this process's connection closes")
 		verbose      = flag.Bool("v", false, "log renewals too")
@@ -57,12 +60,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS work_log (
+	workLog := `"` + strings.ReplaceAll(*workSchema, `"`, `""`) + `".work_log`
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+workLog+` (
 		id         bigserial PRIMARY KEY,
 		lease      text NOT NULL,
 		owner      text NOT NULL,
 		generation bigint NOT NULL,
-		at         timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
+		at         timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())`); err != nil {
 		log.Fatal(err)
 	}
 
@@ -77,7 +81,7 @@ func main() {
 			tick := time.NewTicker(*ttl / 3)
 			defer tick.Stop()
 			for {
-				err := work(ctx, db, backend, *owner, lease.Generation)
+				err := work(ctx, db, backend, workLog, *owner, lease.Generation)
 				switch {
 				case errors.Is(err, hoplock.ErrLeaseHeld):
 					return err // deposed: another term began
@@ -107,7 +111,7 @@ func main() {
 
 // work is one unit of the leader's work: a row in work_log, written in a
 // transaction that hoplock_fence protects from a successor's term.
-func work(ctx context.Context, db *sql.DB, b *postgres.Backend, owner string, generation int64) error {
+func work(ctx context.Context, db *sql.DB, b *postgres.Backend, workLog, owner string, generation int64) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -117,7 +121,7 @@ func work(ctx context.Context, db *sql.DB, b *postgres.Backend, owner string, ge
 		return err
 	}
 	if _, err := tx.ExecContext(ctx,
-		"INSERT INTO work_log (lease, owner, generation) VALUES ($1, $2, $3)",
+		"INSERT INTO "+workLog+" (lease, owner, generation) VALUES ($1, $2, $3)",
 		b.Name(), owner, generation); err != nil {
 		return err
 	}

@@ -111,18 +111,22 @@ type queries struct {
 
 const leaseColumns = "l.owner, l.generation, l.handle, l.acquired_at, l.expires_at"
 
+// newQueries qualifies every function with the schema and casts every
+// argument to its parameter's exact type, so that no overload planted next
+// to hoplock's (say hoplock_wait(text, text, text, text, boolean)) can
+// match a call better than hoplock's own.
 func newQueries(schema string) queries {
 	f := func(format string) string { return fmt.Sprintf(format, schema) }
 	return queries{
-		read:       f("SELECT " + leaseColumns + " FROM %s.hoplock_read($1) AS l"),
-		write:      f("SELECT " + leaseColumns + " FROM %s.hoplock_write($1, $2, $3, $4::interval) AS l"),
-		delete:     f("SELECT %s.hoplock_delete($1, $2)"),
-		wait:       f("SELECT " + leaseColumns + " FROM %s.hoplock_wait($1, $2, $3::interval, $4::interval, session_bound => $5) AS l"),
-		renew:      f("SELECT " + leaseColumns + " FROM %s.hoplock_renew($1, $2, $3::interval, $4::bigint) AS l"),
-		release:    f("SELECT %s.hoplock_release($1, $2, $3::bigint)"),
-		releaseAny: f("SELECT %s.hoplock_release($1, $2)"),
-		holder:     f("SELECT " + leaseColumns + " FROM %s.hoplock_holder($1) AS l"),
-		fence:      f("SELECT %s.hoplock_fence($1, $2::bigint)"),
+		read:       f("SELECT " + leaseColumns + " FROM %s.hoplock_read($1::text) AS l"),
+		write:      f("SELECT " + leaseColumns + " FROM %s.hoplock_write($1::text, $2::text, $3::text, $4::interval) AS l"),
+		delete:     f("SELECT %s.hoplock_delete($1::text, $2::text)"),
+		wait:       f("SELECT " + leaseColumns + " FROM %s.hoplock_wait($1::text, $2::text, $3::interval, $4::interval, $5::boolean) AS l"),
+		renew:      f("SELECT " + leaseColumns + " FROM %s.hoplock_renew($1::text, $2::text, $3::interval, $4::bigint) AS l"),
+		release:    f("SELECT %s.hoplock_release($1::text, $2::text, $3::bigint)"),
+		releaseAny: f("SELECT %s.hoplock_release($1::text, $2::text)"),
+		holder:     f("SELECT " + leaseColumns + " FROM %s.hoplock_holder($1::text) AS l"),
+		fence:      f("SELECT %s.hoplock_fence($1::text, $2::bigint)"),
 	}
 }
 
