@@ -66,6 +66,7 @@
 #include "utils/datetime.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 
 /* Fraction of the NOTIFY queue above which events are not sent */
 #define NOTIFY_QUEUE_LIMIT	0.5
@@ -594,6 +595,7 @@ flush_events(void)
 	PendingEvent *oldest = NULL;
 	HlNewEvent *events;
 	int			n = 0;
+	bool		pushed;
 
 	if (pending_events == NULL)
 		return;
@@ -615,6 +617,15 @@ flush_events(void)
 	}
 	for (PendingEvent *item = oldest; item != NULL; item = item->next)
 		n++;
+
+	/*
+	 * The statement's snapshot is gone by pre-commit; writing a table with
+	 * a TOAST table wants one held (as the truncation of ON COMMIT DELETE
+	 * ROWS tables and deferred triggers have one of their own).
+	 */
+	pushed = !ActiveSnapshotSet();
+	if (pushed)
+		PushActiveSnapshot(GetTransactionSnapshot());
 	events = palloc(n * sizeof(HlNewEvent));
 	n = 0;
 	for (PendingEvent *item = oldest; item != NULL; item = item->next)
@@ -631,6 +642,8 @@ flush_events(void)
 	}
 	hl_eventlog_record(events, n);
 	pfree(events);
+	if (pushed)
+		PopActiveSnapshot();
 }
 
 /*
