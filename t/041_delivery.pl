@@ -22,6 +22,9 @@ $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'hoplock'
 max_connections = 60
+# 10,000 term changes in one transaction below: each holds its lease's
+# lock until the commit (the lock table is sized differently by version)
+max_locks_per_transaction = 256
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION hoplock');
