@@ -11,6 +11,8 @@
 # the baseline too, so that what a run does once -- beginning the branch
 # of a server start reads every value in the data -- is not spread over
 # the calls: the figures are the cost of a call in a running server.
+#
+# HOPLOCK_COMPARE_KEEP=1 keeps the callgrind files (for callgrind_annotate).
 set -eu
 rev=${1:?usage: bench/compare.sh REV [OUT.md]}
 out=${2:-/dev/stdout}
@@ -18,7 +20,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/scripts/scratch.sh"
 
 work=$(mktemp -d /tmp/hoplock-compare.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+[ -n "${HOPLOCK_COMPARE_KEEP:-}" ] && echo "bench/compare.sh: callgrind files kept in $work" >&2 || trap 'rm -rf "$work"' EXIT
 [ "$(id -u)" -ne 0 ] || chown postgres "$work"
 
 libdir=$("$PG_CONFIG" --pkglibdir)

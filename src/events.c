@@ -55,7 +55,6 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
-#include "commands/extension.h"
 #include "commands/sequence.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -601,7 +600,7 @@ flush_events(void)
 		return;
 
 	/* dropped in this very transaction: its log went with it */
-	if (!OidIsValid(get_extension_oid("hoplock", true)))
+	if (!hl_table_exists(HL_REL_EVENT))
 	{
 		pending_events = NULL;
 		return;

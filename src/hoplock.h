@@ -211,6 +211,7 @@ extern bool hl_open(HlRel which, LOCKMODE lockmode, bool wait,
 					HlRelation *rel);
 extern void hl_close(HlRelation *rel, bool keep_locks);
 extern void hl_table_busy_error(HlRel which) pg_attribute_noreturn();
+extern bool hl_table_exists(HlRel which);
 extern bool hl_extension_installed(void);
 extern bool hl_extension_current(void);
 extern Oid	hl_sequence_oid(const char *name);

@@ -573,6 +573,22 @@ hl_table_busy_error(HlRel which)
 }
 
 /*
+ * Whether hoplock's table "which" exists now, cheaply: false once the
+ * extension was dropped, in this very transaction too (the drop's
+ * invalidation forgets the cached OID).
+ */
+bool
+hl_table_exists(HlRel which)
+{
+	HlTableInfo *info = &tables[which];
+
+	register_callback();
+	if (info->valid)
+		return SearchSysCacheExists1(RELOID, ObjectIdGetDatum(info->relid));
+	return OidIsValid(get_extension_oid("hoplock", true));
+}
+
+/*
  * Lock and open hoplock's table "which" in "lockmode" (and the lease table's
  * primary key with it).  Returns false, holding nothing, if a lock could
  * not be had within HL_LOCK_WAIT_MS; with "wait", waits like a query.
