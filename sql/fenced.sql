@@ -128,6 +128,60 @@ RESET ROLE;
 REVOKE ALL ON fw FROM regress_hoplock_intruder;
 DROP ROLE regress_hoplock_intruder;
 
+-- The check is of the role writing the row: a fence taken in the same
+-- transaction by a SECURITY DEFINER function of the leader's (writing one
+-- row as the leader) lets none of the intruder's own rows through.
+CREATE ROLE regress_hoplock_intruder;
+GRANT ALL ON fw TO regress_hoplock_intruder;
+CREATE FUNCTION fw_leader_write(g bigint) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public AS
+$$ INSERT INTO public.fw VALUES (5002, 'by the leader''s function', g) $$;
+GRANT EXECUTE ON FUNCTION fw_leader_write(bigint) TO regress_hoplock_intruder;
+SET ROLE regress_hoplock_intruder;
+BEGIN;
+SELECT fw_leader_write(:fw2);
+INSERT INTO fw VALUES (5003, 'intruder after the leader', :fw2);
+COMMIT;
+RESET ROLE;
+SELECT count(*) FROM fw WHERE id IN (5002, 5003);
+DELETE FROM fw WHERE id IN (5002, 5003);
+DROP FUNCTION fw_leader_write(bigint);
+REVOKE ALL ON fw FROM regress_hoplock_intruder;
+DROP ROLE regress_hoplock_intruder;
+
+-- A generated generation column is computed after the BEFORE triggers:
+-- the trigger would check the row's old value, so it refuses (0A000).
+CREATE TABLE fw_gen (id int, g0 bigint,
+                     generation bigint GENERATED ALWAYS AS (g0) STORED);
+CREATE TRIGGER fw_gen_fenced BEFORE INSERT OR UPDATE OR DELETE ON fw_gen
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease', 'generation');
+INSERT INTO fw_gen (id, g0) VALUES (1, :fw2);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM fw_gen;
+
+-- A BEFORE row trigger that fires after hoplock_fenced (triggers fire in
+-- name order) could change the generation after it was checked: the write
+-- is refused (0A000) until that trigger fires first.
+CREATE TABLE fw_order (id int, generation bigint);
+CREATE TRIGGER fw_order_fenced BEFORE INSERT OR UPDATE OR DELETE ON fw_order
+    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('fw-lease', 'generation');
+CREATE FUNCTION fw_keep() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN RETURN NEW; END $$;
+CREATE TRIGGER zz_keep BEFORE UPDATE ON fw_order
+    FOR EACH ROW EXECUTE FUNCTION fw_keep();
+INSERT INTO fw_order VALUES (1, :fw2);
+UPDATE fw_order SET id = 2;
+\echo :LAST_ERROR_SQLSTATE
+ALTER TRIGGER zz_keep ON fw_order RENAME TO aa_keep;
+UPDATE fw_order SET id = 2;
+-- disabled, it fires not at all
+ALTER TRIGGER aa_keep ON fw_order RENAME TO zz_keep;
+ALTER TABLE fw_order DISABLE TRIGGER zz_keep;
+UPDATE fw_order SET id = 3;
+SELECT id FROM fw_order;
+DROP TABLE fw_gen, fw_order;
+DROP FUNCTION fw_keep();
+
 -- TRUNCATE fires no row trigger: it empties a fenced table unchecked,
 -- unless a BEFORE TRUNCATE trigger refuses it (0A000, nothing removed).
 CREATE TABLE fw_trunc (g bigint);

@@ -38,13 +38,16 @@ static bool fenced = false;
 
 /*
  * The fences this transaction holds, for hl_fence_once(): (name,
- * generation), in TopTransactionContext.  Forgotten when a subtransaction
+ * generation, the role that took it), in TopTransactionContext.  The role
+ * is part of the key: a fence taken by a SECURITY DEFINER function of the
+ * leader's vouches for that role's writes, not for its caller's.  Forgotten when a subtransaction
  * aborts (its fences with it, maybe) and when the transaction ends.
  */
 typedef struct HeldFence
 {
 	struct HeldFence *next;
 	int64		generation;
+	Oid			roleid;
 	text	   *name;
 } HeldFence;
 
@@ -152,24 +155,27 @@ hl_fence(text *name, int64 generation)
 }
 
 /*
- * hoplock_fence once per transaction, lease and generation (the trigger
- * hoplock_fenced calls it for every row it checks).
+ * hoplock_fence once per transaction, lease, generation and current role
+ * (the trigger hoplock_fenced calls it for every row it checks).
  */
 void
 hl_fence_once(text *name, int64 generation)
 {
 	MemoryContext old;
 	HeldFence  *item;
+	Oid			roleid = GetUserId();
 
 	for (item = held; item != NULL; item = item->next)
 	{
-		if (item->generation == generation && hl_text_equal(item->name, name))
+		if (item->generation == generation && item->roleid == roleid &&
+			hl_text_equal(item->name, name))
 			return;
 	}
 	hl_fence(name, generation);
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	item = palloc(sizeof(HeldFence));
 	item->generation = generation;
+	item->roleid = roleid;
 	item->name = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(name));
 	item->next = held;
 	held = item;

@@ -32,6 +32,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -51,9 +52,57 @@ typedef struct FencedState
 	Oid			atttype;		/* int2, int4 or int8 */
 	text	   *lease;			/* the lease name, checked */
 	LocalTransactionId lxid;	/* the transaction "fenced" belongs to */
+	Oid			roleid;			/* the role "fenced" was checked for */
+	int16		order_checked;	/* events check_fires_last() passed */
 	bool		fenced;
 	int64		generation;		/* fenced in that transaction */
 } FencedState;
+
+/*
+ * Refuse to check a row that another BEFORE row trigger of the same event
+ * may still change: BEFORE triggers fire in name order, and one named
+ * after this one could rewrite the generation once it was checked.
+ * (Disabled triggers fire not at all; other hoplock_fenced triggers
+ * change nothing.)  Checked once per statement and event: INSERT ... ON
+ * CONFLICT DO UPDATE fires both.
+ */
+static void
+check_fires_last(FunctionCallInfo fcinfo, TriggerData *trigdata,
+				 FencedState *state)
+{
+	TriggerDesc *desc = trigdata->tg_relation->trigdesc;
+	Trigger    *me = trigdata->tg_trigger;
+	int16		event;
+
+	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		event = TRIGGER_TYPE_INSERT;
+	else if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		event = TRIGGER_TYPE_UPDATE;
+	else
+		return;					/* a delete checks the row as it stands */
+	if (state->order_checked & event)
+		return;
+
+	for (int i = 0; desc != NULL && i < desc->numtriggers; i++)
+	{
+		Trigger    *t = &desc->triggers[i];
+
+		if (t->tgoid == me->tgoid || t->tgenabled == TRIGGER_DISABLED ||
+			t->tgfoid == fcinfo->flinfo->fn_oid ||
+			!TRIGGER_TYPE_MATCHES(t->tgtype, TRIGGER_TYPE_ROW,
+								  TRIGGER_TYPE_BEFORE, event) ||
+			strcmp(t->tgname, me->tgname) < 0)
+			continue;
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("trigger \"%s\" on table \"%s\" fires after trigger \"%s\", which fences the table",
+						t->tgname, RelationGetRelationName(trigdata->tg_relation),
+						me->tgname),
+				 errdetail("A BEFORE trigger that fires after hoplock_fenced could change the generation it checked."),
+				 errhint("Rename the triggers so that the one calling hoplock_fenced sorts last: BEFORE triggers fire in name order.")));
+	}
+	state->order_checked |= event;
+}
 
 static FencedState *
 fenced_state(FunctionCallInfo fcinfo, TriggerData *trigdata)
@@ -91,6 +140,15 @@ fenced_state(FunctionCallInfo fcinfo, TriggerData *trigdata)
 				 errmsg("column \"%s\" of table \"%s\" is of type %s, not an integer type",
 						colname, RelationGetRelationName(rel),
 						format_type_be(atttype))));
+
+	/* computed after the BEFORE triggers: the check would see the old value */
+	if (TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attgenerated != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("column \"%s\" of table \"%s\" is a generated column",
+						colname, RelationGetRelationName(rel)),
+				 errdetail("A generated column is computed after BEFORE triggers, so hoplock_fenced would check a value other than the one written."),
+				 errhint("Stamp the generation into a plain column.")));
 
 	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
 	state = palloc0(sizeof(FencedState));
@@ -157,6 +215,7 @@ hoplock_fenced(PG_FUNCTION_ARGS)
 				 errmsg("hoplock_fenced: must be fired by INSERT, UPDATE or DELETE")));
 
 	state = fenced_state(fcinfo, trigdata);
+	check_fires_last(fcinfo, trigdata, state);
 	d = heap_getattr(checked, state->attnum,
 					 RelationGetDescr(trigdata->tg_relation), &isnull);
 	if (isnull)
@@ -171,7 +230,7 @@ hoplock_fenced(PG_FUNCTION_ARGS)
 
 	/* the common case: the generation this statement already saw fenced */
 	if (state->fenced && state->generation == generation &&
-		state->lxid == hl_my_lxid())
+		state->lxid == hl_my_lxid() && state->roleid == GetUserId())
 		return PointerGetDatum(result);
 
 	if (generation <= 0)
@@ -183,5 +242,6 @@ hoplock_fenced(PG_FUNCTION_ARGS)
 	state->fenced = true;
 	state->generation = generation;
 	state->lxid = hl_my_lxid();
+	state->roleid = GetUserId();
 	return PointerGetDatum(result);
 }
