@@ -348,8 +348,11 @@ next_seq(void)
 	 * From the overflow, a margin above the clock, as from an entry just
 	 * claimed: a database without an entry of its own reads its horizon
 	 * as the overflow's last or the clock and the margin (see
-	 * hl_event_horizon).
+	 * hl_event_horizon).  The clock is read under the entry's lock, so
+	 * that a reader that held the lock before and read the clock there
+	 * sees this number above its own clock.
 	 */
+	now = GetCurrentTimestamp();
 	if (entry == &hl_shared->evdbs[OVERFLOW_EVDB])
 		c = Max(entry->last_c + 1, now + HL_BRANCH_MARGIN);
 	else
@@ -388,49 +391,47 @@ next_seq(void)
 int64
 hl_event_horizon(void)
 {
+	HlEventDb  *overflow;
+	HlEventDb  *entry = NULL;
 	int64		horizon;
+	int64		c;
 	int			me;
-	HlEventDb  *entry;
 
 	if (hl_shared == NULL)
 		return PG_INT64_MAX;
+	overflow = &hl_shared->evdbs[OVERFLOW_EVDB];
 
 	/*
-	 * No entry of its own: this database took no number in this server run
-	 * but, perhaps, from the overflow; the overflow's last number bounds
-	 * those, and any it takes from now on is above it.
+	 * No database claims an entry meanwhile (seq_lock), and no number is
+	 * taken or published, from this database's entry or from the overflow,
+	 * while both are held.  A number taken afterwards is above what is
+	 * read here: from the entry, above its last; from the overflow, above
+	 * the overflow's last and a margin above the clock, read later than
+	 * this clock (next_seq reads it under the lock); from an entry claimed
+	 * later, above both too (event_db).  A number taken before and still
+	 * in flight was published with its taking, under the lock held here,
+	 * and bounds the horizon below.
 	 */
-	for (;;)
+	LWLockAcquire(hl_shared->seq_lock, LW_SHARED);
+	for (int i = OVERFLOW_EVDB + 1; i < hl_shared->nevdbs; i++)
 	{
-		entry = event_db(false);
-		if (entry == NULL)
-			entry = &hl_shared->evdbs[OVERFLOW_EVDB];	/* numbers taken there? */
-		LWLockAcquire(entry->lock, LW_SHARED);
-		if (entry->dboid == MyDatabaseId ||
-			entry == &hl_shared->evdbs[OVERFLOW_EVDB])
+		if (hl_shared->evdbs[i].dboid == MyDatabaseId)
+		{
+			entry = &hl_shared->evdbs[i];
 			break;
-		/* given to another database meanwhile: look again */
-		LWLockRelease(entry->lock);
+		}
 	}
+	if (entry != NULL)
+		LWLockAcquire(entry->lock, LW_SHARED);
+	LWLockAcquire(overflow->lock, LW_SHARED);
 
-	/*
-	 * The last number handed out, whatever its tag: a number taken after
-	 * this is above it.  One taken before was published together with its
-	 * taking, so the scan below sees its transaction if that still runs.
-	 */
-	if (entry == &hl_shared->evdbs[OVERFLOW_EVDB])
-	{
-		/*
-		 * No entry of its own: a number this database takes from now on,
-		 * from the overflow or an entry it claims, is a margin above the
-		 * clock, and above the overflow's last.  (Not the overflow's last
-		 * alone: that may be below the numbers a restore brought in.)
-		 */
-		horizon = (Max(entry->last_c, GetCurrentTimestamp() + HL_BRANCH_MARGIN - 1)
-				   << HL_TAG_BITS) | HL_TAG_MASK;
-	}
-	else
-		horizon = (entry->last_c << HL_TAG_BITS) | HL_TAG_MASK;
+	/* what the overflow may still give this database: above this */
+	c = Max(overflow->last_c, GetCurrentTimestamp() + HL_BRANCH_MARGIN - 1);
+	/* and its own entry: above its last */
+	if (entry != NULL)
+		c = Min(c, entry->last_c);
+	horizon = (c << HL_TAG_BITS) | HL_TAG_MASK;
+
 	me = hl_proc_index();
 	for (int i = 0; i < hl_shared->nprocs; i++)
 	{
@@ -439,7 +440,10 @@ hl_event_horizon(void)
 		if (i != me && other->first_seq != 0 && other->dboid == MyDatabaseId)
 			horizon = Min(horizon, other->first_seq - 1);
 	}
-	LWLockRelease(entry->lock);
+	LWLockRelease(overflow->lock);
+	if (entry != NULL)
+		LWLockRelease(entry->lock);
+	LWLockRelease(hl_shared->seq_lock);
 	return horizon;
 }
 
@@ -468,6 +472,10 @@ hl_event_newest(void)
 	}
 	newest = entry->last_c;
 	LWLockRelease(entry->lock);
+	/* numbers taken from the overflow before the entry was claimed */
+	LWLockAcquire(hl_shared->evdbs[OVERFLOW_EVDB].lock, LW_SHARED);
+	newest = Max(newest, hl_shared->evdbs[OVERFLOW_EVDB].last_c);
+	LWLockRelease(hl_shared->evdbs[OVERFLOW_EVDB].lock);
 
 	/*
 	 * A database without an entry yet (none of its numbers taken in this

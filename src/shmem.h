@@ -17,8 +17,9 @@
  *		- evdb->lock: a database's event numbers, and the seqs[] entries
  *		  of its backends.
  *		A process may take a slot's lock while holding hl_shared->lock,
- *		and an evdbs[] entry's while holding seq_lock, never the other way
- *		round.  The session registry is a plain array
+ *		an evdbs[] entry's while holding seq_lock, and the overflow
+ *		entry's (evdbs[0]) while holding another entry's, never the other
+ *		way round.  The session registry is a plain array
  *		of atomics, one per PGPROC, written only by its own backend.
  *
  *-------------------------------------------------------------------------
