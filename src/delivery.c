@@ -56,8 +56,12 @@
 /* Fraction of the NOTIFY queue above which sending pauses */
 #define NOTIFY_QUEUE_LIMIT	0.5
 
-/* Events dropped per transaction */
-#define PRUNE_BATCH			10000
+/*
+ * Events dropped per transaction: small enough that a batch holds up the
+ * next delivery only briefly; the worker runs batches back to back while
+ * there is more to drop.
+ */
+#define PRUNE_BATCH			2000
 
 typedef struct SendState
 {
@@ -169,9 +173,9 @@ hl_deliver(void)
 
 /*
  * Drop the events sent more than hoplock.event_retention ago, up to
- * PRUNE_BATCH of them; the rest next time.
+ * PRUNE_BATCH of them.  Returns true if there may be more to drop now.
  */
-void
+bool
 hl_prune_events(void)
 {
 	HlDelivery	d;
@@ -184,7 +188,7 @@ hl_prune_events(void)
 	if (!lock_tables(HL_REL_EVENT, RowExclusiveLock))
 	{
 		finish();				/* maintenance: next time */
-		return;
+		return false;
 	}
 	hl_delivery_read(GetActiveSnapshot(), &d);
 	older_than = GetCurrentTimestamp() - (int64) hl_event_retention * USECS_PER_SEC;
@@ -205,4 +209,5 @@ hl_prune_events(void)
 		hl_delivery_write(&d);
 	}
 	finish();
+	return dropped >= PRUNE_BATCH;
 }

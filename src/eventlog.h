@@ -73,6 +73,6 @@ typedef enum HlDeliveryResult
 } HlDeliveryResult;
 
 extern HlDeliveryResult hl_deliver(void);
-extern void hl_prune_events(void);
+extern bool hl_prune_events(void);
 
 #endif							/* HOPLOCK_EVENTLOG_H */

@@ -835,7 +835,10 @@ announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
 
 /*
  * Send the events committed since the last batch, if any, and drop the
- * old ones now and then.  Returns true if more is due right now.
+ * old ones now and then: batch after batch while there are more to drop,
+ * so that the log is kept to hoplock.event_retention however fast events
+ * come (a session can record some 20,000 a second).  Returns true if more
+ * is due right now.
  */
 static bool
 deliver_events(void)
@@ -844,8 +847,10 @@ deliver_events(void)
 
 	if (now >= next_event_prune)
 	{
+		/* (an error in it waits for the next round) */
 		next_event_prune = now + HOUSEKEEPING_EVERY_US;
-		hl_prune_events();
+		if (hl_prune_events())
+			next_event_prune = now;
 	}
 	if (pg_atomic_exchange_u32(&my_slot->events_pending, 0) != 0)
 		delivery_due = true;
