@@ -4,6 +4,7 @@
 # so as root the server runs as the "postgres" OS user.
 #
 #   scratch_start [extra postgresql.conf lines...]   sets SCRATCH_DIR, PGPORT
+#                         (the port: SCRATCH_PORT if set, else a free one)
 #   scratch_psql [psql args...]                      psql as the superuser
 #   scratch_stop                                     stops it, removes the dir
 
@@ -36,7 +37,8 @@ scratch_start() {
 	if [ "$(id -u)" -eq 0 ]; then
 		chown postgres "$SCRATCH_DIR"
 	fi
-	PGPORT=$(scratch_free_port) || return 1
+	PGPORT=${SCRATCH_PORT:-}
+	[ -n "$PGPORT" ] || PGPORT=$(scratch_free_port) || return 1
 	export PGPORT PGHOST=/tmp
 	scratch_as_owner "$PGBIN/initdb" -D "$SCRATCH_DIR/data" -A trust -U postgres \
 		--no-sync >"$SCRATCH_DIR/initdb.log" 2>&1 || {

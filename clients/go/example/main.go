@@ -41,6 +41,7 @@ func main() {
 		workSchema   = flag.String("work-schema", "public", "schema of the table work_log")
 		ttl          = flag.Duration("ttl", 15*time.Second, "lease TTL")
 		sessionBound = flag.Bool("session-bound", false, "end the term the moment this process's connection closes")
+		watch        = flag.Bool("watch", false, "follow the events with hoplock_watch, not LISTEN: behind a transaction pooler such as PgBouncer (add statement_cache_mode=describe to -dsn there)")
 		verbose      = flag.Bool("v", false, "log renewals too")
 	)
 	flag.Parse()
@@ -70,7 +71,11 @@ func main() {
 		log.Fatal(err)
 	}
 
-	backend := postgres.New(db, *name, postgres.Options{Schema: *schema, SessionBound: *sessionBound})
+	follow := postgres.FollowListen
+	if *watch {
+		follow = postgres.FollowWatch
+	}
+	backend := postgres.New(db, *name, postgres.Options{Schema: *schema, SessionBound: *sessionBound, Follow: follow})
 	e := &hoplock.Elector{Backend: backend, Owner: *owner, TTL: *ttl, Logger: &logger}
 
 	// Lead, and when leadership is lost, campaign again, until told to

@@ -34,17 +34,15 @@ func withPgx(conn *sql.Conn, f func(pc *pgx.Conn) (discard bool)) error {
 	})
 }
 
-// queryCancellable runs a query that returns a hoplock_lease on conn, for
-// as long as it takes. With pgx, when ctx ends first it sends the server a
-// cancel request, so that the statement ends there too, then closes the
-// connection (a late cancel request could hit its next statement); other
-// drivers do as they do on a cancelled context (pq too sends a cancel
-// request).
-func queryCancellable(ctx context.Context, conn *sql.Conn, query string, args ...any) (*hoplock.Lease, error) {
-	var (
-		l   *hoplock.Lease
-		err error
-	)
+// cancellable runs a statement on conn for as long as it takes: viaPgx
+// with pgx, viaSQL with any other driver. With pgx, when ctx ends first it
+// sends the server a cancel request, so that the statement ends there too,
+// then closes the connection (a late cancel request could hit its next
+// statement); other drivers do as they do on a cancelled context (pq too
+// sends a cancel request).
+func cancellable(ctx context.Context, conn *sql.Conn, viaPgx func(ctx context.Context, pc *pgx.Conn) error,
+	viaSQL func(ctx context.Context) error) error {
+	var err error
 	rawErr := withPgx(conn, func(pc *pgx.Conn) bool {
 		qctx, qcancel := context.WithCancel(context.Background())
 		defer qcancel()
@@ -66,7 +64,7 @@ func queryCancellable(ctx context.Context, conn *sql.Conn, query string, args ..
 				qcancel() // no answer: give up the connection
 			}
 		}()
-		l, err = scanLease(pc.QueryRow(qctx, query, args...))
+		err = viaPgx(qctx, pc)
 		close(done)
 		if err != nil && cancelled.Load() && ctx.Err() != nil {
 			err = ctx.Err()
@@ -74,47 +72,81 @@ func queryCancellable(ctx context.Context, conn *sql.Conn, query string, args ..
 		return cancelled.Load() || pc.IsClosed()
 	})
 	if errors.Is(rawErr, errNotPgx) {
-		return scanLease(conn.QueryRowContext(ctx, query, args...))
+		return viaSQL(ctx)
 	}
 	if err == nil && rawErr != nil && !errors.Is(rawErr, driver.ErrBadConn) {
 		err = rawErr
 	}
+	return err
+}
+
+// queryCancellable runs a query that returns a hoplock_lease on conn, for
+// as long as it takes; when ctx ends first, the query is cancelled in the
+// server (see cancellable).
+func queryCancellable(ctx context.Context, conn *sql.Conn, query string, args ...any) (*hoplock.Lease, error) {
+	var l *hoplock.Lease
+	err := cancellable(ctx, conn,
+		func(qctx context.Context, pc *pgx.Conn) (err error) {
+			l, err = scanLease(pc.QueryRow(qctx, query, args...))
+			return err
+		},
+		func(ctx context.Context) (err error) {
+			l, err = scanLease(conn.QueryRowContext(ctx, query, args...))
+			return err
+		})
 	return l, err
 }
 
 // Watch signals when the lease may have changed hands: on each event of
-// this lease's name on the hoplock channel, and each time listening
-// (re)starts, since events may have been missed meanwhile. A signal is a
-// hint (any role can NOTIFY): the Elector confirms it with Holder. With a
-// driver other than pgx, it polls Holder every Options.WatchPoll and
-// signals when the holder or its generation changes.
+// this lease's name, and each time following the events (re)starts, since
+// events may have been missed meanwhile. A signal is a hint (any role can
+// NOTIFY): the Elector confirms it with Holder.
+//
+// With Options.Follow FollowListen (the default) and the pgx driver, it
+// listens on the hoplock channel. With FollowWatch, or with a driver other
+// than pgx, it follows the event log with hoplock_watch instead (see
+// Options.Follow). Only where the server has no hoplock_watch (hoplock
+// 1.1) does it poll Holder every Options.WatchPoll, and signal when the
+// holder or its generation changes.
 func (b *Backend) Watch(ctx context.Context) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	go func() {
 		defer close(out)
-		retry := 50 * time.Millisecond
-		for ctx.Err() == nil {
-			listened, err := b.listen(ctx, out)
-			if errors.Is(err, errNotPgx) {
-				b.pollHolder(ctx, out)
-				return
-			}
-			if listened {
-				retry = 50 * time.Millisecond
-			}
-			signal(out)
-			t := time.NewTimer(retry)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
-			if retry *= 2; retry > 2*time.Second {
-				retry = 2 * time.Second
-			}
+		if b.opts.Follow == FollowListen && !b.followListen(ctx, out) {
+			return
+		}
+		if errors.Is(b.followWatch(ctx, out), errNoWatch) {
+			b.hook("poll", 0)
+			b.pollHolder(ctx, out)
 		}
 	}()
 	return out
+}
+
+// followListen listens, listening again after each failure, until ctx
+// ends (false), or until it finds the driver is not pgx (true).
+func (b *Backend) followListen(ctx context.Context, out chan<- struct{}) bool {
+	retry := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		listened, err := b.listen(ctx, out)
+		if errors.Is(err, errNotPgx) {
+			return true
+		}
+		if listened {
+			retry = 50 * time.Millisecond
+		}
+		signal(out)
+		t := time.NewTimer(retry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if retry *= 2; retry > 2*time.Second {
+			retry = 2 * time.Second
+		}
+	}
+	return false
 }
 
 func signal(out chan<- struct{}) {

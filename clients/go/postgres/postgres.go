@@ -7,14 +7,18 @@
 // campaigns with hoplock_wait (woken by the server the moment the lease is
 // free), renews with hoplock_renew(..., generation), releases with
 // hoplock_release(..., generation), and hears of changes from LISTEN on
-// the hoplock channel, confirming each with hoplock_holder, since any role
-// can send a NOTIFY. Every time is the server's: the Elector's clock
-// decides only when it stops leading.
+// the hoplock channel or from hoplock_watch, confirming each with
+// hoplock_holder, since any role can send a NOTIFY. Every time is the
+// server's: the Elector's clock decides only when it stops leading.
 //
 // Any driver works. With the pgx driver (github.com/jackc/pgx/v4/stdlib)
-// the backend listens for notifications, and a wait interrupted by its
-// context is cancelled in the server; with another driver, Watch polls
-// hoplock_holder instead (see Options.WatchPoll).
+// the backend listens for notifications (or, with Options.Follow
+// FollowWatch, as behind a transaction pooler such as PgBouncer, follows
+// the event log with hoplock_watch); with another driver it always
+// follows with hoplock_watch. A wait or a watch interrupted by its context
+// is cancelled in the server. Only against hoplock 1.1, which has no
+// hoplock_watch, does a driver other than pgx poll hoplock_holder instead
+// (see Options.WatchPoll).
 //
 // Every call names the schema hoplock is installed in (Options.Schema), so
 // that no function planted earlier in a search_path can capture it.
@@ -38,6 +42,10 @@ import (
 // Options.Schema says otherwise.
 const DefaultSchema = "hoplock"
 
+// DefaultWatchWait is how long each hoplock_watch call waits unless
+// Options.WatchWait says otherwise.
+const DefaultWatchWait = 10 * time.Second
+
 // Options adjust a Backend. The zero value is the default.
 type Options struct {
 	// Schema is where the hoplock extension is installed (default
@@ -56,9 +64,53 @@ type Options struct {
 	// server's hoplock.channel setting, read when listening starts).
 	Channel string
 
-	// WatchPoll is how often Watch reads the holder when the driver
-	// cannot LISTEN (default 1s).
+	// Follow is how Watch hears of changes: FollowListen (the default)
+	// or FollowWatch.
+	Follow Follow
+
+	// WatchWait is how long each hoplock_watch call waits for an event
+	// before it returns empty and is issued again (default 10s). Keep it
+	// below any statement_timeout of the role, and any query timeout of
+	// a pooler in between.
+	WatchWait time.Duration
+
+	// WatchPoll is how often Watch reads the holder when it can neither
+	// LISTEN nor call hoplock_watch: a driver other than pgx, or
+	// FollowWatch, against hoplock 1.1; and, for WatchWait at a time,
+	// a server that is a standby (default 1s).
 	WatchPoll time.Duration
+}
+
+// Follow says how a Backend's Watch follows the events of the lease.
+type Follow int
+
+const (
+	// FollowListen listens on the hoplock channel (LISTEN) on a
+	// connection of its own, held open, and listens again after losing
+	// it. It needs the pgx driver; with any other driver the backend
+	// follows with hoplock_watch, as with FollowWatch.
+	FollowListen Follow = iota
+
+	// FollowWatch follows the event log with hoplock_watch: it starts
+	// from hoplock_position(), then calls hoplock_watch(after,
+	// WatchWait) in a loop, each call one statement on any connection of
+	// the pool, from the number of the last event it got (a number
+	// seen before is dropped). So it works where LISTEN cannot: through
+	// a transaction pooler such as PgBouncer in transaction mode, and
+	// with any driver. When the server no longer keeps the events after
+	// that number (HL001), it starts again from hoplock_position() and
+	// signals, so that the Elector reads the lease again.
+	FollowWatch
+)
+
+func (f Follow) String() string {
+	switch f {
+	case FollowListen:
+		return "FollowListen"
+	case FollowWatch:
+		return "FollowWatch"
+	}
+	return "Follow(" + strconv.Itoa(int(f)) + ")"
 }
 
 // Backend is one lease, named when it is made, in the database of a
@@ -66,8 +118,9 @@ type Options struct {
 // Backend serves one Elector.
 //
 // An Elector on it uses up to three connections of the pool at once: one
-// to listen, one waiting for the lease (kept for the term when session
-// bound), one for the other calls. A pool limited below that stalls it.
+// to listen or watch, one waiting for the lease (kept for the term when
+// session bound), one for the other calls. A pool limited below that
+// stalls it.
 type Backend struct {
 	db   *sql.DB
 	name string
@@ -76,6 +129,10 @@ type Backend struct {
 
 	mu     sync.Mutex
 	pinned map[int64]*sql.Conn // session-bound terms' connections
+
+	// watchHook, if set (by the tests), is told of each step of
+	// following the events (see followWatch).
+	watchHook func(step string, n int64)
 }
 
 var (
@@ -95,6 +152,9 @@ func New(db *sql.DB, name string, opts Options) *Backend {
 	if opts.WatchPoll <= 0 {
 		opts.WatchPoll = time.Second
 	}
+	if opts.WatchWait <= 0 {
+		opts.WatchWait = DefaultWatchWait
+	}
 	return &Backend{db: db, name: name, opts: opts, q: newQueries(quoteIdent(opts.Schema)), pinned: map[int64]*sql.Conn{}}
 }
 
@@ -107,6 +167,7 @@ func (b *Backend) Schema() string { return b.opts.Schema }
 // queries are the statements, with the schema quoted in.
 type queries struct {
 	read, write, delete, wait, renew, release, releaseAny, holder, fence string
+	position, watch                                                      string
 }
 
 const leaseColumns = "l.owner, l.generation, l.handle, l.acquired_at, l.expires_at"
@@ -127,6 +188,8 @@ func newQueries(schema string) queries {
 		releaseAny: f("SELECT %s.hoplock_release($1::text, $2::text)"),
 		holder:     f("SELECT " + leaseColumns + " FROM %s.hoplock_holder($1::text) AS l"),
 		fence:      f("SELECT %s.hoplock_fence($1::text, $2::bigint)"),
+		position:   f("SELECT %s.hoplock_position()"),
+		watch:      f("SELECT w.seq, w.name FROM %s.hoplock_watch($1::bigint, $2::interval) AS w"),
 	}
 }
 
