@@ -108,12 +108,14 @@ SELECT pg_sleep(0.1);
 SELECT show(hoplock_acquire('ev', 'd', '1 h'));
 SELECT * FROM received();
 
--- hoplock_write over a running term: the old term is "released".
-SELECT show(hoplock_write('ev', (SELECT handle FROM hoplock_read('ev')), 'e', '50 ms'));
+-- hoplock_write over a running term: the old term is "released".  (The
+-- new one lives long enough to be read back before it lapses, under
+-- valgrind too.)
+SELECT show(hoplock_write('ev', (SELECT handle FROM hoplock_read('ev')), 'e', '2 s'));
 SELECT * FROM received();
 
 -- hoplock_delete of a lapsed term: "expired", no "released".
-SELECT pg_sleep(0.1);
+SELECT pg_sleep(2.1);
 SELECT hoplock_delete('ev', (SELECT handle FROM hoplock_read('ev')));
 SELECT * FROM received();
 
