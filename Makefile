@@ -60,7 +60,9 @@ REGRESS = \
 	table_integrity \
 	reinstall \
 	monitoring \
-	security_install
+	security_install \
+	fork_before_mint \
+	truncate_log
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
 
 ISOLATION = \
@@ -80,7 +82,8 @@ ISOLATION = \
 	names_per_role \
 	row_locks \
 	reindex_concurrently \
-	watch_order
+	watch_order \
+	precommit_branch_lock
 ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 
 TAP_TESTS = 1

@@ -266,16 +266,37 @@ random_tag(int32 avoid)
  * Begin a branch over "parent" (found false: none), in this transaction.
  * Returns false if one of hoplock's tables is locked (maintenance).
  */
+/*
+ * The newest event number in the data (and raise *max_c to its c): the
+ * fork point of a branch begun over it.  Returns false if one of hoplock's
+ * tables is locked.
+ */
+static bool
+newest_event_in_data(int64 *max_c, int64 *max_event)
+{
+	static const int event_cols[] = {Anum_history_begin_seq, Anum_history_end_seq};
+	static const int delivery_cols[] = {Anum_delivery_delivered, Anum_delivery_pruned_through};
+	SnapshotData dirty;
+	int64		newest_event;
+
+	if (!scan_max(HL_REL_HISTORY, event_cols, lengthof(event_cols), false, max_c, max_event) ||
+		!scan_max(HL_REL_DELIVERY, delivery_cols, lengthof(delivery_cols), false, max_c, max_event))
+		return false;
+	/* the log, by its primary key: committed, and in flight */
+	InitDirtySnapshot(dirty);
+	if (!hl_eventlog_newest(PG_INT64_MAX, &dirty, false, &newest_event))
+		return false;
+	*max_c = Max(*max_c, hl_value_c(newest_event));
+	*max_event = Max(*max_event, newest_event);
+	return true;
+}
+
 static bool
 begin_branch(HlRelation *rel, const Branch *parent, TimestampTz now,
 			 Branch *branch)
 {
 	static const int lease_cols[] = {Anum_lease_generation, Anum_lease_version};
 	static const int history_cols[] = {Anum_history_generation};
-	static const int event_cols[] = {Anum_history_begin_seq, Anum_history_end_seq};
-	static const int delivery_cols[] = {Anum_delivery_delivered, Anum_delivery_pruned_through};
-	SnapshotData dirty;
-	int64		newest_event;
 	static const int floor_cols[] = {Anum_floor_forgotten};
 	static const int branch_cols[] = {Anum_branch_floor};
 	int64		max_c = 0;
@@ -294,17 +315,10 @@ begin_branch(HlRelation *rel, const Branch *parent, TimestampTz now,
 	 */
 	if (!scan_max(HL_REL_LEASE, lease_cols, lengthof(lease_cols), false, &max_c, &max_value) ||
 		!scan_max(HL_REL_HISTORY, history_cols, lengthof(history_cols), false, &max_c, &max_value) ||
-		!scan_max(HL_REL_HISTORY, event_cols, lengthof(event_cols), false, &max_c, &max_event) ||
 		!scan_max(HL_REL_FLOOR, floor_cols, lengthof(floor_cols), false, &max_c, &max_value) ||
 		!scan_max(HL_REL_BRANCH, branch_cols, lengthof(branch_cols), true, &max_c, &max_value) ||
-		!scan_max(HL_REL_DELIVERY, delivery_cols, lengthof(delivery_cols), false, &max_c, &max_event))
+		!newest_event_in_data(&max_c, &max_event))
 		return false;
-	/* the log, by its primary key: committed, and in flight */
-	InitDirtySnapshot(dirty);
-	if (!hl_eventlog_newest(PG_INT64_MAX, &dirty, false, &newest_event))
-		return false;
-	max_c = Max(max_c, hl_value_c(newest_event));
-	max_event = Max(max_event, newest_event);
 	max_value = Max(max_value, max_event);
 
 	memset(branch, 0, sizeof(*branch));
@@ -567,6 +581,22 @@ hl_branch_value_in_history(int64 value)
 	if (cur < 0)
 		return legacy;
 
+	/*
+	 * Rows written by SQL since the newest branch began (a restore in
+	 * place, a DELETE): the branch the next mint begins will have the
+	 * newest event number in the data for fork point, and a value above it
+	 * is of no history now already.
+	 */
+	if (rows[cur].marker)
+	{
+		int64		max_c = 0;
+		int64		max_event = 0;
+
+		if (!newest_event_in_data(&max_c, &max_event))
+			hl_table_busy_error(HL_REL_EVENT);
+		limit = max_event;
+	}
+
 	/* from the newest branch up its parents, each at most once */
 	for (int steps = 0; steps < nrows && !found; steps++)
 	{
@@ -661,6 +691,22 @@ hl_branch_is_hoplock_table(Oid relid)
 	return OidIsValid(nsp) && get_rel_namespace(relid) == nsp;
 }
 
+/* Is "relid" the event log, hoplock_internal.event? */
+bool
+hl_branch_is_event_log(Oid relid)
+{
+	char	   *name;
+	bool		result;
+
+	if (!hl_branch_is_hoplock_table(relid))
+		return false;
+	name = get_rel_name(relid);
+	result = name != NULL && strcmp(name, "event") == 0;
+	if (name != NULL)
+		pfree(name);
+	return result;
+}
+
 /*
  * ExecutorEnd: a statement that wrote one of hoplock's tables (an EXPLAIN
  * without ANALYZE ran nothing)
@@ -669,6 +715,7 @@ static void
 executor_end(QueryDesc *queryDesc)
 {
 	bool		wrote = false;
+	bool		removed_events = false;
 	ListCell   *lc;
 
 	if (queryDesc->plannedstmt != NULL && IsTransactionState() &&
@@ -681,7 +728,12 @@ executor_end(QueryDesc *queryDesc)
 										  queryDesc->plannedstmt->rtable);
 
 			if (hl_branch_is_hoplock_table(rte->relid))
+			{
 				wrote = true;
+				if (queryDesc->operation != CMD_INSERT &&
+					hl_branch_is_event_log(rte->relid))
+					removed_events = true;
+			}
 		}
 	}
 	if (prev_executor_end)
@@ -690,6 +742,8 @@ executor_end(QueryDesc *queryDesc)
 		standard_ExecutorEnd(queryDesc);
 	if (wrote)
 		hl_branch_note_sql_write();
+	if (removed_events)
+		hl_delivery_note_removal();
 }
 
 void

@@ -33,6 +33,7 @@
 #include "hoplock.h"
 #include "compat.h"
 #include "branch.h"
+#include "eventlog.h"
 #include "shmem.h"
 
 #include "access/htup_details.h"
@@ -285,6 +286,23 @@ writes_hoplock_table(Node *stmt)
 	return false;
 }
 
+/* Does the statement truncate the event log? */
+static bool
+truncates_event_log(Node *stmt)
+{
+	ListCell   *lc;
+
+	if (!IsA(stmt, TruncateStmt))
+		return false;
+	foreach(lc, ((TruncateStmt *) stmt)->relations)
+	{
+		if (hl_branch_is_event_log(RangeVarGetRelid(lfirst_node(RangeVar, lc),
+													NoLock, true)))
+			return true;
+	}
+	return false;
+}
+
 /*
  * Stop the worker of a database that a statement needs alone, before the
  * statement checks for other sessions; afterwards, whether it worked or
@@ -325,7 +343,11 @@ utility(HL_UTILITY_ARGS)
 	if (hl_shared != NULL && changes_state_behind_hoplock(stmt))
 		read_again_at_commit = true;
 	if (writes_hoplock_table(stmt))
+	{
 		hl_branch_note_sql_write();
+		if (truncates_event_log(stmt))
+			hl_delivery_note_removal();
+	}
 	/*
 	 * IS_TEMPLATE, ALLOW_CONNECTIONS: the launcher reads pg_database again
 	 * once this commits.  Only that: a wake-up that asked it to look into

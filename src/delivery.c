@@ -211,3 +211,32 @@ hl_prune_events(void)
 	finish();
 	return dropped >= PRUNE_BATCH;
 }
+
+/*
+ * Rows of the event log were deleted or truncated by SQL, in this
+ * transaction (a superuser's maintenance): a reader resuming from a number
+ * below them must be told (HL001), not handed what follows as if nothing
+ * were missing.  Record the horizon as dropped through: every number
+ * below it was committed (or rolled back) already, and every number taken
+ * from now on is above it.  (A TRUNCATE waited for every transaction
+ * writing the log; rows a DELETE removed above a number still in flight
+ * are not covered.)  Nothing to record before the worker sent anything.
+ */
+void
+hl_delivery_note_removal(void)
+{
+	HlDelivery	d;
+	Snapshot	latest;
+	int64		through;
+
+	if (hl_shared == NULL)
+		return;
+	through = Min(hl_event_horizon(), hl_event_newest());
+	latest = RegisterSnapshot(GetLatestSnapshot());
+	hl_delivery_read(latest, &d);
+	UnregisterSnapshot(latest);
+	if (!d.found || through <= d.pruned_through)
+		return;
+	d.pruned_through = through;
+	hl_delivery_write(&d);
+}

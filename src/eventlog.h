@@ -74,5 +74,6 @@ typedef enum HlDeliveryResult
 
 extern HlDeliveryResult hl_deliver(void);
 extern bool hl_prune_events(void);
+extern void hl_delivery_note_removal(void);
 
 #endif							/* HOPLOCK_EVENTLOG_H */

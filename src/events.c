@@ -105,6 +105,15 @@ static bool events_recorded = false;	/* this transaction took numbers */
 static int	seq_published_level = 0;
 static HlEventDb *seq_published_entry = NULL;	/* under whose lock */
 
+/*
+ * The branch this transaction's events are numbered on, read at its first
+ * term change: the numbers are taken at pre-commit, where maintenance
+ * holding the branch table must not fail the commit.
+ */
+static bool xact_branch_valid = false;
+static int32 xact_branch_tag;
+static int64 xact_branch_floor;
+
 /* An instant as JSON writes it, always in UTC */
 static void
 append_timestamp(StringInfo buf, TimestampTz ts)
@@ -333,7 +342,12 @@ next_seq(void)
 		return nextval_internal(seqid, false);
 	}
 
-	if (!hl_branch_tag(now, &tag, &floor, &busy))
+	if (xact_branch_valid)
+	{
+		tag = xact_branch_tag;
+		floor = xact_branch_floor;
+	}
+	else if (!hl_branch_tag(now, &tag, &floor, &busy))
 		hl_table_busy_error(HL_REL_BRANCH);
 	for (;;)
 	{
@@ -574,6 +588,15 @@ hl_event(const char *event, const Lease *lease)
 			hl_table_busy_error(HL_REL_EVENT);
 		hl_close(&rel, true);
 	}
+	if (!xact_branch_valid && hl_shared != NULL)
+	{
+		bool		busy;
+
+		if (!hl_branch_tag(GetCurrentTimestamp(), &xact_branch_tag,
+						   &xact_branch_floor, &busy))
+			hl_table_busy_error(HL_REL_BRANCH);
+		xact_branch_valid = true;
+	}
 
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	item = palloc0(sizeof(PendingEvent));
@@ -717,6 +740,7 @@ xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			xact_branch_valid = false;
 			/* visible to every snapshot from now on */
 			unpublish_seq();
 			events_ended();
@@ -725,6 +749,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
+			xact_branch_valid = false;
 			unpublish_seq();
 			events_ended();
 			forget_lines();
