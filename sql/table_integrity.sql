@@ -83,6 +83,32 @@ RESET ROLE;
 SELECT name, gen_label(name, generation) AS generation,
        by_role = current_user AS as_owner, path FROM lease_log;
 DROP TRIGGER lease_logger ON hoplock_internal.lease;
+
+-- The event log is written as the transaction commits; its row-level
+-- AFTER triggers fire then, as its owner (pg_repack of the log).
+CREATE TABLE event_log (seq bigint, event text, by_role name, path text);
+REVOKE ALL ON event_log FROM PUBLIC;
+CREATE FUNCTION log_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.event_log VALUES (NEW.seq, NEW.event, current_user,
+                                         current_setting('search_path'));
+    RETURN NULL;
+END $$;
+CREATE TRIGGER event_logger AFTER INSERT ON hoplock_internal.event
+    FOR EACH ROW EXECUTE FUNCTION log_event();
+SELECT hoplock_position() AS ev_from \gset
+SET ROLE regress_hoplock_logged;
+BEGIN;
+SELECT show(hoplock_acquire('ti-trigger', 'a', '1 h'));
+SELECT hoplock_release('ti-trigger', 'a');
+COMMIT;
+RESET ROLE;
+SELECT event, by_role = current_user AS as_owner, path FROM event_log ORDER BY seq;
+SELECT count(*) AS logged_as_recorded FROM event_log l
+  JOIN hoplock_events(:ev_from) e USING (seq, event);
+DROP TRIGGER event_logger ON hoplock_internal.event;
+DROP TABLE event_log;
+DROP FUNCTION log_event();
 DROP ROLE regress_hoplock_logged;
 
 -- Tables hoplock cannot trust: 55000, naming what is wrong; nothing changes.

@@ -531,9 +531,6 @@ check_shape(HlRelation *rel)
 		untrusted(errmsg("table \"%s\" has rules", qualified_name(heap)));
 	check_columns(heap, spec, info);
 	check_triggers(heap, info);
-	if (rel->which == HL_REL_EVENT && info->after_triggers)
-		untrusted(errmsg("table \"%s\" has triggers", qualified_name(heap)),
-				  errdetail("hoplock writes the event log as a transaction commits, where no trigger can fire."));
 	check_constraints(heap, spec, info);
 	if (rel->index != NULL)
 		check_primary_key(heap, rel->index, &spec->key);

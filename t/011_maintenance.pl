@@ -289,6 +289,7 @@ $mdbh->do(q{SET statement_timeout = '60s'});
 my @repack = (
 	"$bindir/pg_repack", '--host', $node->host, '--port', $node->port,
 	'--dbname', 'postgres', '--table', 'hoplock_internal.lease',
+	'--table', 'hoplock_internal.event',
 	'--no-kill-backend', '--wait-timeout', '30');
 my @cycle = (
 	[ 'REINDEX INDEX CONCURRENTLY lease_pkey',
@@ -615,6 +616,17 @@ is($stdout, "hoplock_internal.lease_expires_at||\nhoplock_internal.lease_pkey||"
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM verify_heapam('hoplock_internal.lease', check_toast => true)}),
 	'0', 'amcheck: verify_heapam finds nothing wrong with the heap');
+
+# Every term granted has its "acquired" event in the log, which pg_repack
+# rebuilt meanwhile too (its trigger fires as each commit writes the log).
+my %acquired = map { $_ => 1 } split /\n/, $node->safe_psql('postgres',
+	q{SELECT name || '/' || generation FROM hoplock_internal.event WHERE event = 'acquired'});
+my @no_event = grep { !$acquired{$_} } sort keys %term;
+is(scalar @no_event, 0, 'every term granted has its "acquired" event in the log')
+  or diag(join "\n", @no_event[ 0 .. ($#no_event < 9 ? $#no_event : 9) ]);
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM pg_trigger WHERE tgrelid = 'hoplock_internal.event'::regclass}),
+	'0', 'no trigger left behind on the event log by pg_repack');
 
 # Each name's next term has a greater generation than any granted (terms
 # left to lapse are waited out).
