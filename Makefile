@@ -13,6 +13,7 @@ OBJS = \
 	src/floor.o \
 	src/functions.o \
 	src/guc.o \
+	src/install.o \
 	src/history.o \
 	src/hoplock.o \
 	src/launcher.o \

@@ -2,6 +2,14 @@
 
 \echo Use "ALTER EXTENSION hoplock UPDATE TO '1.2.0'" to load this file. \quit
 
+-- The schema hoplock goes into must be one that only superusers may create
+-- objects in or rename: another role could plant functions there that
+-- capture the calls clients make by qualified name (src/install.c).
+CREATE FUNCTION hoplock_check_schema(updating boolean) RETURNS void
+LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'hoplock_check_schema';
+SELECT hoplock_check_schema(true);
+DROP FUNCTION hoplock_check_schema(boolean);
+
 -- Each change to the SQL objects lands here and in hoplock--1.2.0.sql
 -- together, and t/022_upgrade.pl checks that an upgraded extension is the
 -- same, object for object, as one installed afresh.

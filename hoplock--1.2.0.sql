@@ -2,6 +2,14 @@
 
 \echo Use "CREATE EXTENSION hoplock" to load this file. \quit
 
+-- The schema hoplock goes into must be one that only superusers may create
+-- objects in or rename: another role could plant functions there that
+-- capture the calls clients make by qualified name (src/install.c).
+CREATE FUNCTION hoplock_check_schema(updating boolean) RETURNS void
+LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'hoplock_check_schema';
+SELECT hoplock_check_schema(false);
+DROP FUNCTION hoplock_check_schema(boolean);
+
 -- Internal state.  Nothing but hoplock's functions writes this schema: they
 -- reach the table directly, not through SQL, so no role needs (or gets) any
 -- privilege on it.

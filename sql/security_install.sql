@@ -53,6 +53,27 @@ LANGUAGE sql AS $$
 $$;
 
 --------------------------------------------------------------------------
+-- The schema hoplock goes into must be one that only superusers own and
+-- may create in (42501, nothing created): another role could plant there
+-- functions that capture calls made by qualified name, such as
+-- hoplock_fence(text, integer) for hoplock.hoplock_fence('x', 2).  Public,
+-- where the planter may create, is refused; so is a schema the planter
+-- owns, and one every role may create in.
+CREATE EXTENSION hoplock;
+CREATE SCHEMA si_owned AUTHORIZATION regress_hoplock_planter;
+CREATE EXTENSION hoplock SCHEMA si_owned;
+CREATE SCHEMA si_open;
+GRANT CREATE ON SCHEMA si_open TO PUBLIC;
+\set VERBOSITY terse
+CREATE EXTENSION hoplock SCHEMA si_open;
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+SELECT count(*) AS installed FROM pg_extension WHERE extname = 'hoplock';
+DROP SCHEMA si_owned, si_open;
+-- (Below, hoplock goes into public with the planter's CREATE revoked for
+-- the moment, its objects planted beforehand left in place.)
+
+--------------------------------------------------------------------------
 -- A schema hoplock_internal that exists already -- here made by a role
 -- with CREATE on the database, with a table "lease" in it -- makes CREATE
 -- EXTENSION fail (42P06): hoplock never adopts a schema, or a table, it
@@ -65,9 +86,13 @@ GRANT USAGE ON SCHEMA hoplock_internal TO PUBLIC;
 GRANT ALL ON hoplock_internal.lease TO PUBLIC;
 RESET ROLE;
 \set VERBOSITY terse
+REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
 CREATE EXTENSION hoplock;
+GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 \echo :LAST_ERROR_SQLSTATE
+REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
 CREATE EXTENSION IF NOT EXISTS hoplock;
+GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
 SELECT count(*) AS installed FROM pg_extension WHERE extname = 'hoplock';
@@ -79,7 +104,9 @@ DROP SCHEMA hoplock_internal CASCADE;
 RESET ROLE;
 CREATE SCHEMA hoplock_internal;
 \set VERBOSITY terse
+REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
 CREATE EXTENSION hoplock;
+GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
 DROP SCHEMA hoplock_internal;
@@ -93,7 +120,9 @@ CREATE FUNCTION public.hoplock_holder(name text) RETURNS text
 LANGUAGE sql AS $$SELECT 'planted'$$;
 RESET ROLE;
 \set VERBOSITY terse
+REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
 CREATE EXTENSION hoplock;
+GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
 SET ROLE regress_hoplock_planter;
@@ -101,7 +130,9 @@ DROP FUNCTION public.hoplock_holder(text);
 CREATE TYPE public.hoplock_lease AS (name text, owner text, generation bigint);
 RESET ROLE;
 \set VERBOSITY terse
+REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
 CREATE EXTENSION hoplock;
+GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
 SET ROLE regress_hoplock_planter;
@@ -205,7 +236,9 @@ TRUNCATE public.captured;
 -- CREATE EXTENSION with all of that in place (into public, the schema the
 -- planter may create in) succeeds, binds nothing planted, and calls none
 -- of it.
+REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
 CREATE EXTENSION hoplock;
+GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 SELECT * FROM foreign_references();
 SELECT count(*) AS planted_uses FROM public.captured;
 SELECT a.attrelid::regclass AS "table", count(*) AS columns,
@@ -288,7 +321,9 @@ SELECT id, gen_label('si-planted', generation) AS generation FROM si_work;
 DROP TABLE si_work;
 DROP FUNCTION show(hoplock_lease);
 DROP EXTENSION hoplock;
+REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
 CREATE EXTENSION hoplock VERSION '1.0.0';
+GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 ALTER EXTENSION hoplock UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'hoplock';
 SELECT * FROM foreign_references();

@@ -24,6 +24,10 @@
 # appears in pg_stat_activity, where a pg_read_all_stats member would read
 # it.  A connection string with a password in it is refused.
 #
+# Planted schemas: a database owner makes the schemas the recipes use
+# before the install; the README's recipe, CREATE EXTENSION into them or
+# into public, and examples/pg_cron/gate.sql refuse them.
+#
 # The work table: the examples name its schema (LEADER_WORK_SCHEMA), and
 # never find it through search_path, where a work_log planted in public by
 # its owner (the database owner) would come first for a role without a
@@ -342,6 +346,33 @@ SKIP:
 	});
 	like($err, qr/password/, 'a connection string with a password is refused');
 }
+
+# --- Planted schemas: the install recipes refuse them ----------------------
+# A database owner who is not a superuser makes, before the install, the
+# schemas the recipes use (hoplock, cron_gate): the README's recipe, a
+# CREATE EXTENSION into them or into public (which that owner owns), and
+# the pg_cron gate fail rather than use them.
+$node->safe_psql('postgres', q{
+	CREATE ROLE dbowner LOGIN;
+	CREATE DATABASE owned OWNER dbowner;
+});
+$node->safe_psql('owned', q{SET ROLE dbowner; CREATE SCHEMA hoplock; CREATE SCHEMA cron_gate;});
+my ($pret, $pout, $perr) = $node->psql('owned',
+	q{CREATE SCHEMA hoplock; CREATE EXTENSION hoplock SCHEMA hoplock;});
+isnt($pret, 0, "the README's install fails where the database owner made schema hoplock");
+($pret, $pout, $perr) = $node->psql('owned', q{CREATE EXTENSION hoplock SCHEMA hoplock});
+like($perr, qr/hoplock cannot be installed in schema "hoplock".*\n.*Role "dbowner"/,
+	'CREATE EXTENSION refuses a schema the database owner owns');
+($pret, $pout, $perr) = $node->psql('owned', q{CREATE EXTENSION hoplock});
+like($perr, qr/hoplock cannot be installed in schema "public"/,
+	'and public, which the database owner owns');
+is($node->safe_psql('owned', q{SELECT count(*) FROM pg_extension WHERE extname = 'hoplock'}),
+	'0', 'nothing installed');
+($pret, $pout, $perr) = $node->psql('owned', slurp_file('examples/pg_cron/gate.sql'));
+like($perr, qr/schema cron_gate exists and a role that is not a superuser owns it/,
+	'gate.sql refuses a cron_gate the database owner made');
+is($node->safe_psql('owned', q{SELECT count(*) FROM pg_proc WHERE pronamespace = 'cron_gate'::regnamespace}),
+	'0', 'and creates nothing in it');
 
 $node->stop;
 done_testing();

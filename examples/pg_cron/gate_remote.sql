@@ -53,6 +53,29 @@
 -- minute with the times the lease's server recorded: keep the clocks in
 -- sync.
 
+-- Schema cron_gate must be one only superusers own and may create in:
+-- one another role made beforehand (a database owner can) could hold its
+-- own cron_gate.run, which the next job would call as its owner.  So an
+-- existing cron_gate is checked, not simply used.
+DO $check$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace AS n
+                 JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+                WHERE n.nspname OPERATOR(pg_catalog.=) 'cron_gate'
+                  AND NOT r.rolsuper)
+       OR EXISTS (SELECT FROM pg_catalog.pg_namespace AS n,
+                         pg_catalog.aclexplode(n.nspacl) AS a
+                   WHERE n.nspname OPERATOR(pg_catalog.=) 'cron_gate'
+                     AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+                     AND (a.grantee OPERATOR(pg_catalog.=) 0
+                          OR NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles AS r
+                                   WHERE r.oid OPERATOR(pg_catalog.=) a.grantee)))
+    THEN
+        RAISE EXCEPTION 'schema cron_gate exists and a role that is not a superuser owns it or may create in it'
+            USING HINT = 'Drop it (after checking what is in it), then run this file again.';
+    END IF;
+END
+$check$;
 CREATE SCHEMA IF NOT EXISTS cron_gate;
 CREATE EXTENSION IF NOT EXISTS dblink SCHEMA cron_gate;
 
