@@ -232,14 +232,16 @@ like($err, qr/must not contain control characters/, 'SQL_ASCII: a C1 control cha
 
 # The owner of the schema hoplock was installed in cannot drop it with the
 # schema (DROP SCHEMA ... CASCADE, DROP OWNED): that would forget every
-# lease, and the branch history with it.
+# lease, and the branch history with it.  (CREATE EXTENSION refuses a
+# schema another role owns; a superuser can still hand it over later.)
 $node->safe_psql('postgres', q{
 	CREATE DATABASE ownerdb;
 	CREATE ROLE schema_owner LOGIN;
 });
 $node->safe_psql('ownerdb', q{
-	CREATE SCHEMA owned AUTHORIZATION schema_owner;
+	CREATE SCHEMA owned;
 	CREATE EXTENSION hoplock SCHEMA owned;
+	ALTER SCHEMA owned OWNER TO schema_owner;
 });
 my $kept = $node->safe_psql('ownerdb',
 	q{SELECT generation FROM owned.hoplock_acquire('kept', 'o', '1 h')});
@@ -297,7 +299,9 @@ $crowd->safe_psql('postgres', q{
 	CREATE DATABASE victimdb;
 	CREATE DATABASE mallorydb OWNER mallory;
 });
-$crowd->safe_psql($_, 'CREATE EXTENSION hoplock') for qw(victimdb mallorydb);
+$crowd->safe_psql('victimdb', 'CREATE EXTENSION hoplock');
+# (mallory owns public there: a schema of the superuser's)
+$crowd->safe_psql('mallorydb', 'CREATE SCHEMA hoplock; CREATE EXTENSION hoplock SCHEMA hoplock');
 is($crowd->safe_psql('victimdb', q{SELECT hoplock_acquire('job', 'v', '1 h') IS NOT NULL},
 		extra_params => [ '-U', 'victim' ]),
 	't', 'the victim database numbers an event');
