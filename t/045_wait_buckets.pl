@@ -92,11 +92,19 @@ $node->poll_query_until('postgres', qq{
   or die 'the waiters did not start';
 usleep(200_000);
 
+sub terms_begun
+{
+	return $node->safe_psql('postgres',
+		q{SELECT terms_begun FROM hoplock_stats WHERE datname = 'postgres'});
+}
+
 my $before = wakeups();
+my $terms_before = terms_begun();
 my $pairs = 300;
 my $secs = churn('postgres', $attack_name, $pairs);
 usleep(500_000);
 my $woken = wakeups() - $before;
+is(terms_begun() - $terms_before, $pairs, "the attacker began $pairs terms");
 note(sprintf('%d attacker transactions in %.2f s: %d wake-ups of %d waiters',
 	2 * $pairs, $secs, $woken, $nwaiters));
 cmp_ok($woken, '<', $nwaiters,
@@ -209,6 +217,72 @@ SKIP:
 	my $wlag = time() - $t1;
 	like($wout, qr/^released$/m, "the watcher gets its database's event");
 	cmp_ok($wlag, '<', 2, 'at once');
+}
+
+# --- a waiter leaves the table of names however it ends ------------------------
+
+# The table has one entry per process that could wait.  Waiters that end
+# by an error (statement_timeout) and by FATAL (pg_terminate_backend), more
+# of them than it has entries, each on a name of its own, leave it as they
+# found it: a waiter afterwards, on another name, still sleeps on its
+# name's condition variable (it does not poll) and wakes at once.
+my $procs = $node->safe_psql('postgres', q{
+	SELECT current_setting('max_connections')::int
+	     + current_setting('autovacuum_max_workers')::int + 1
+	     + current_setting('max_worker_processes')::int
+	     + current_setting('max_wal_senders')::int
+	     + current_setting('max_prepared_transactions')::int + 5});
+my $rounds = $procs + 5;
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('held-' || i, 'holder', '1 h')
+	FROM generate_series(0, } . (2 * $rounds) . q{) AS i});
+
+my $script = "SET statement_timeout = '20ms';\n";
+$script .= "SELECT hoplock_wait('held-$_', 'timed-out', '1 h', '1 min');\n"
+  for 1 .. $rounds;
+my ($sout, $serr) = ('', '');
+IPC::Run::run([ 'psql', '-XAtq', '-d', $node->connstr('postgres') ],
+	'<', \$script, '>', \$sout, '2>', \$serr);
+is(scalar(() = $serr =~ /canceling statement due to statement timeout/g),
+	$rounds, "$rounds waiters ended by an error");
+
+my $terminated = 0;
+for my $i ($rounds + 1 .. 2 * $rounds)
+{
+	my $out = '';
+	my $h = IPC::Run::start(
+		[ 'psql', '-XAtq', '-d', $node->connstr('postgres'), '-c',
+		  "SELECT hoplock_wait('held-$i', 'terminated', '1 h', '1 min')" ],
+		'>', \$out, '2>&1');
+	$node->poll_query_until('postgres', qq{
+		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		 WHERE query LIKE '%hoplock_wait(''held-$i''%' AND wait_event_type = 'Extension'
+		   AND pid <> pg_backend_pid()})
+	  or die "waiter $i did not start";
+	$h->finish;
+	$terminated++ if $out =~ /terminating connection/;
+}
+is($terminated, $rounds, "$rounds waiters ended by FATAL");
+
+{
+	my $out = '';
+	my $h = IPC::Run::start(
+		[ 'psql', '-XAtq', '-d', $node->connstr('postgres'), '-c',
+		  "SET client_min_messages = debug1; SELECT owner FROM hoplock_wait('held-0', 'after', '1 h', '1 min')" ],
+		'>', \$out, '2>&1');
+	$node->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE query LIKE '%hoplock_wait(''held-0''%' AND wait_event_type = 'Extension'
+		   AND pid <> pg_backend_pid()})
+	  or die 'the waiter did not start';
+	# long enough for a poll to be a second apart
+	sleep(3);
+	my $t2 = time();
+	$node->safe_psql('postgres', q{SELECT hoplock_release('held-0', 'holder')});
+	$h->finish;
+	my $lag2 = time() - $t2;
+	like($out, qr/^after$/m, 'a waiter afterwards gets the lease');
+	unlike($out, qr/polling/, 'on its condition variable, not by polling');
+	cmp_ok($lag2, '<', 0.5, 'at once');
 }
 
 $node->stop;
