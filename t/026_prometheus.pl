@@ -1,7 +1,9 @@
 # Debian's prometheus-postgres-exporter with the queries file shipped in
 # examples/prometheus: started against a scratch server, scraped over the
 # loopback, it exports who leads each name, the generation, the seconds
-# left, hoplock_stats' counters and the workers.
+# left, hoplock_stats' counters and the workers.  A role that makes 50,000
+# names with 200-byte owners does not make a scrape any bigger than a
+# bounded number of series.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -9,6 +11,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use HTTP::Tiny;
 use IPC::Run;
+use Time::HiRes qw(time);
 use Cwd qw(abs_path);
 
 my $exporter = '/usr/bin/prometheus-postgres-exporter';
@@ -16,7 +19,10 @@ plan skip_all => "$exporter is not installed" unless -x $exporter;
 
 my $node = PostgreSQL::Test::Cluster->new('prometheus');
 $node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'hoplock'");
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'hoplock'
+max_locks_per_transaction = 256
+});
 $node->start;
 $node->safe_psql('postgres', q{
 	CREATE SCHEMA hoplock;
@@ -50,19 +56,25 @@ my $h = IPC::Run::start(
 	'>', \$out, '2>', \$err,
 	init => sub { $ENV{DATA_SOURCE_NAME} = $dsn });
 
+# One scrape: its body, and the seconds it took.
+sub scrape
+{
+	my $t0 = time();
+	my $r = HTTP::Tiny->new(timeout => 300)->get("http://127.0.0.1:$port/metrics");
+	return ($r->{success} ? $r->{content} : '', time() - $t0);
+}
+
 my $metrics = '';
 for (1 .. 100)
 {
-	my $r = HTTP::Tiny->new(timeout => 5)->get("http://127.0.0.1:$port/metrics");
-	if ($r->{success} && $r->{content} =~ /hoplock_lease_held/)
+	my ($content) = scrape();
+	if ($content =~ /hoplock_lease_held/)
 	{
-		$metrics = $r->{content};
+		$metrics = $content;
 		last;
 	}
 	select(undef, undef, undef, 0.2);
 }
-$h->kill_kill;
-$h->finish;
 ok($metrics ne '', 'the exporter serves hoplock metrics') or diag($err);
 
 like($metrics, qr/^hoplock_lease_held\{[^}]*name="billing-scheduler"[^}]*owner="host-a:4242"[^}]*\} 1$/m,
@@ -96,5 +108,42 @@ like($metrics, qr/^hoplock_terms_last_hour\{[^}]*name="mailer"[^}]*\} 2$/m,
 unlike($metrics, qr/^pg_exporter_user_queries_load_error\{[^}]*\} 1$/m,
 	'the queries file loads without error');
 
+# --- 50,000 names of one role, with 200-byte owners ----------------------------
+
+# hoplock.max_names_per_role is 0 (no limit) by default: an ordinary role
+# may hold as many names as it likes, each with an owner of its choosing.
+sub series
+{
+	my ($body) = @_;
+	return scalar(() = $body =~ /^hoplock_/mg);
+}
+my $series_before = series($metrics);
+$node->safe_psql('postgres', q{CREATE ROLE mallory LOGIN; GRANT USAGE ON SCHEMA hoplock TO mallory});
+my $flood = '';
+$flood .= "SELECT count(hoplock.hoplock_acquire('flood-' || i, repeat('o', 194) || lpad(i::text, 6, '0'), '1 h'))"
+  . " FROM generate_series($_ * 1000 + 1, ($_ + 1) * 1000) AS i;\n"
+  for 0 .. 49;
+my ($fout, $ferr) = ('', '');
+IPC::Run::run(
+	[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-U', 'mallory',
+	  '-d', $node->connstr('postgres') ],
+	'<', \$flood, '>', \$fout, '2>', \$ferr)
+  or die "the flood failed: $ferr";
+is($node->safe_psql('postgres',
+		q{SELECT count(*) FROM hoplock.hoplock_leases WHERE role = 'mallory' AND length(owner) = 200}),
+	50000, 'one role holds 50,000 names with 200-byte owners');
+
+my ($flooded, $secs) = scrape();
+my $nseries = series($flooded);
+note(sprintf('a scrape: %d hoplock series (%d before the names), %d bytes, %.2f s',
+	$nseries, $series_before, length($flooded), $secs));
+ok($flooded =~ /^hoplock_stats_terms_begun/m, 'the exporter still serves hoplock metrics')
+  or diag($err);
+cmp_ok($nseries, '<', 1000, 'the hoplock series stay bounded');
+cmp_ok(length($flooded), '<', 1024 * 1024, 'the scrape stays small');
+ok($flooded !~ /flood-|o{194}/, 'no series names a lease or an owner of that role');
+
+$h->kill_kill;
+$h->finish;
 $node->stop;
 done_testing();
