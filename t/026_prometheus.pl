@@ -1,9 +1,11 @@
 # Debian's prometheus-postgres-exporter with the queries file shipped in
 # examples/prometheus: started against a scratch server, scraped over the
-# loopback, it exports who leads each name, the generation, the seconds
-# left, hoplock_stats' counters and the workers.  A role that makes 50,000
-# names with 200-byte owners does not make a scrape any bigger than a
-# bounded number of series.
+# loopback, it exports the leases by state, the terms of the last hour,
+# hoplock_stats' counters and the workers; and for the names the operator
+# lists (hoplock_exporter.names), who leads each, the generation, the
+# seconds left and its terms of the last hour.  A role that makes 50,000
+# names with 200-byte owners does not make a scrape any bigger: it stays a
+# bounded number of series, none naming its leases or owners.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -40,6 +42,15 @@ $node->safe_psql('postgres', q{
 	SELECT hoplock.hoplock_acquire('mailer', 'host-b:4343', '10 min');
 	SELECT hoplock.hoplock_release('mailer', 'host-b:4343');
 	SELECT hoplock.hoplock_acquire('mailer', 'host-c:4444', '10 min');
+	SELECT hoplock.hoplock_acquire('unlisted', 'host-d:4545', '10 min');
+	SELECT hoplock.hoplock_acquire('listed-free', 'host-d:4545', '10 min');
+	SELECT hoplock.hoplock_release('listed-free', 'host-d:4545');
+});
+# the names with series of their own, as an operator lists them (the
+# exporter's role, in its database)
+$node->safe_psql('postgres', q{
+	ALTER ROLE CURRENT_USER IN DATABASE postgres
+	  SET hoplock_exporter.names = 'billing-scheduler, mailer,listed-free,,never-used';
 });
 $node->poll_query_until('postgres',
 	q{SELECT count(*) = 1 FROM hoplock.hoplock_stats})
@@ -77,13 +88,31 @@ for (1 .. 100)
 }
 ok($metrics ne '', 'the exporter serves hoplock metrics') or diag($err);
 
-like($metrics, qr/^hoplock_lease_held\{[^}]*name="billing-scheduler"[^}]*owner="host-a:4242"[^}]*\} 1$/m,
+like($metrics, qr/^hoplock_lease_held\{[^}]*name="billing-scheduler"[^}]*\} 1$/m,
+	'billing-scheduler is held');
+like($metrics, qr/^hoplock_lease_owner_info\{[^}]*name="billing-scheduler"[^}]*owner="host-a:4242"[^}]*\} 1$/m,
 	'who leads billing-scheduler');
+like($metrics, qr/^hoplock_lease_held\{[^}]*name="listed-free"[^}]*\} 0$/m,
+	'a listed name that is free');
+like($metrics, qr/^hoplock_lease_held\{[^}]*name="never-used"[^}]*\} 0$/m,
+	'a listed name that never was');
+unlike($metrics, qr/^hoplock_lease_owner_info\{[^}]*name="(?:listed-free|never-used)"/m,
+	'no owner for a free name');
+unlike($metrics, qr/^hoplock_(?!lease_owner_info\{)\w+\{[^}]*owner=/m,
+	'no owner label but on the owner series');
+unlike($metrics, qr/unlisted|host-d:4545/, 'no series for an unlisted name');
+like($metrics, qr/^hoplock_leases_count\{[^}]*state="held"[^}]*\} 3$/m,
+	'the leases held');
+like($metrics, qr/^hoplock_leases_count\{[^}]*state="expired"[^}]*\} 0$/m,
+	'the leases lapsed, not yet announced');
+like($metrics, qr/^hoplock_terms_last_hour(?:\{[^}]*\})? 5$/m, 'terms begun in the last hour');
+like($metrics, qr/^hoplock_terms_max_per_name_last_hour(?:\{[^}]*\})? 2$/m,
+	'the most by one name');
 # A gauge is a float64: the generation (about 1.7e18) comes out rounded to
 # 53 bits, 256 apart at most, while one name's generations on one branch
 # are at least 2048 apart. It is the float of mailer's running term, the
 # second (above the first, which was released), as the server rounds it.
-my ($gauge) = $metrics =~ /^hoplock_lease_generation\{[^}]*name="mailer"[^}]*owner="host-c:4444"[^}]*\} (\S+)$/m;
+my ($gauge) = $metrics =~ /^hoplock_lease_generation\{[^}]*name="mailer"[^}]*\} (\S+)$/m;
 is( defined $gauge && $gauge =~ /^[0-9.e+]+$/ && $node->safe_psql('postgres', qq{
 		SELECT l.generation::float8 = '$gauge'::float8
 		       AND '$gauge'::float8 > (SELECT max(generation)::float8 FROM hoplock.hoplock_history
@@ -95,16 +124,16 @@ my ($left) = $metrics =~ /^hoplock_lease_seconds_left\{[^}]*name="billing-schedu
 ok(defined $left && $left > 3500 && $left <= 3600, 'seconds left of a 1 h term')
   or diag($left // 'none');
 unlike($metrics, qr/owner="host-b:4343"/, 'no row for a contender or a released term');
-like($metrics, qr/^hoplock_stats_terms_begun\{[^}]*datname="postgres"[^}]*\} 3$/m,
+like($metrics, qr/^hoplock_stats_terms_begun\{[^}]*datname="postgres"[^}]*\} 5$/m,
 	'terms begun, from hoplock_stats');
 like($metrics, qr/^hoplock_stats_contended\{[^}]*datname="postgres"[^}]*\} 1$/m,
 	'contended calls');
-like($metrics, qr/^hoplock_stats_releases\{[^}]*datname="postgres"[^}]*\} 1$/m,
+like($metrics, qr/^hoplock_stats_releases\{[^}]*datname="postgres"[^}]*\} 2$/m,
 	'releases');
 like($metrics, qr/^hoplock_worker_running\{[^}]*datname="postgres"[^}]*\} 1$/m,
 	'the worker runs');
-like($metrics, qr/^hoplock_terms_last_hour\{[^}]*name="mailer"[^}]*\} 2$/m,
-	'terms in the last hour, from the history');
+like($metrics, qr/^hoplock_lease_terms_last_hour\{[^}]*name="mailer"[^}]*\} 2$/m,
+	'terms of a name in the last hour, from the history');
 unlike($metrics, qr/^pg_exporter_user_queries_load_error\{[^}]*\} 1$/m,
 	'the queries file loads without error');
 
@@ -117,7 +146,8 @@ sub series
 	my ($body) = @_;
 	return scalar(() = $body =~ /^hoplock_/mg);
 }
-my $series_before = series($metrics);
+my ($quiet, $quiet_secs) = scrape();
+my $series_before = series($quiet);
 $node->safe_psql('postgres', q{CREATE ROLE mallory LOGIN; GRANT USAGE ON SCHEMA hoplock TO mallory});
 my $flood = '';
 $flood .= "SELECT count(hoplock.hoplock_acquire('flood-' || i, repeat('o', 194) || lpad(i::text, 6, '0'), '1 h'))"
@@ -135,8 +165,8 @@ is($node->safe_psql('postgres',
 
 my ($flooded, $secs) = scrape();
 my $nseries = series($flooded);
-note(sprintf('a scrape: %d hoplock series (%d before the names), %d bytes, %.2f s',
-	$nseries, $series_before, length($flooded), $secs));
+note(sprintf('a scrape: %d hoplock series, %d bytes, %.2f s; before the names: %d, %d bytes, %.2f s',
+	$nseries, length($flooded), $secs, $series_before, length($quiet), $quiet_secs));
 ok($flooded =~ /^hoplock_stats_terms_begun/m, 'the exporter still serves hoplock metrics')
   or diag($err);
 cmp_ok($nseries, '<', 1000, 'the hoplock series stay bounded');
