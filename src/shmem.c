@@ -12,6 +12,22 @@
  *		the worker then reads the lease table again, which holds the truth
  *		anyway.
  *
+ *		Sleepers are woken by what they wait for, and by nothing a role
+ *		could arrange to share with them.  hoplock_wait sleeps on a
+ *		condition variable of its own name: an entry of a shared hash
+ *		table of the names being waited for (one per waiting backend at
+ *		most), made by the first waiter and removed by the last, keyed by
+ *		a digest of the server's secret, the database and the name.  A
+ *		change of a name no one waits for wakes nobody; one of another
+ *		name could wake the waiters of this one only if the two shared a
+ *		64-bit key, which without the secret nobody can tell or aim for.
+ *		hoplock_watch sleeps on a condition variable of its database,
+ *		claimed by its first sleeper among HL_EVENT_DBS; when they are all
+ *		taken (by that many databases that watched since the start), on one
+ *		of HL_EVENT_BUCKETS, chosen by a hash of the database keyed by the
+ *		secret.  The secret is drawn with pg_strong_random whenever shared
+ *		memory is set up, and never leaves it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -21,6 +37,7 @@
 #include "shmem.h"
 
 #include "access/twophase.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/autovacuum.h"
@@ -30,11 +47,28 @@
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
+#include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
 #define HL_TRANCHE	"hoplock"
 
 HlShared   *hl_shared = NULL;
+
+/* A name waited for: its key, its waiters, their condition variable */
+typedef struct HlWaitEntry
+{
+	HlWaitKey	key;
+	int			nwaiters;
+	ConditionVariable cv;
+} HlWaitEntry;
+
+/* The names waited for, in shared memory, partitioned */
+static HTAB *wait_table = NULL;
+
+/* The entry this backend sleeps on (in hoplock_wait), and its hash */
+static HlWaitEntry *my_wait = NULL;
+static uint32 my_wait_hash;
+static bool my_wait_exit_callback = false;
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 #if PG_VERSION_NUM >= 150000
@@ -99,12 +133,33 @@ shared_size(void)
 					mul_size(event_dbs(), sizeof(HlEventDb)));
 }
 
+/* Entries of the table of names waited for: one per backend at most */
+static int
+wait_table_size(void)
+{
+	return total_procs();
+}
+
+/* The first of the tranche's LWLocks that are the wait table's partitions */
+static int
+wait_locks_base(void)
+{
+	return 2 + hl_max_databases + event_dbs();
+}
+
 static void
 request_shmem(void)
 {
-	RequestAddinShmemSpace(shared_size());
-	/* one for the whole, one for event numbers, one per slot and per evdb */
-	RequestNamedLWLockTranche(HL_TRANCHE, 2 + hl_max_databases + event_dbs());
+	RequestAddinShmemSpace(add_size(shared_size(),
+									hash_estimate_size(wait_table_size(),
+													   sizeof(HlWaitEntry))));
+
+	/*
+	 * One for the whole, one for event numbers, one per slot and per evdb,
+	 * one per partition of the wait table.
+	 */
+	RequestNamedLWLockTranche(HL_TRANCHE,
+							  wait_locks_base() + HL_WAIT_PARTITIONS);
 }
 
 #if PG_VERSION_NUM >= 150000
@@ -121,6 +176,7 @@ static void
 shmem_startup(void)
 {
 	bool		found;
+	HASHCTL		info;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
@@ -136,8 +192,18 @@ shmem_startup(void)
 		hl_shared->lock = &locks[0].lock;
 		/* tells workers of an earlier incarnation (crash-restart) apart */
 		hl_shared->incarnation = (uint64) GetCurrentTimestamp();
-		for (int i = 0; i < HL_WAIT_BUCKETS; i++)
-			ConditionVariableInit(&hl_shared->waitcv[i]);
+		if (!pg_strong_random(hl_shared->secret, HL_SECRET_BYTES))
+			ereport(FATAL,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not generate a random secret for hoplock")));
+		memcpy(&hl_shared->seed, hl_shared->secret, sizeof(uint64));
+		for (int i = 0; i < HL_WAIT_PARTITIONS; i++)
+			hl_shared->wait_locks[i] = &locks[wait_locks_base() + i].lock;
+		for (int i = 0; i < HL_EVENT_DBS; i++)
+		{
+			pg_atomic_init_u32(&hl_shared->eventdbs[i].dboid, InvalidOid);
+			ConditionVariableInit(&hl_shared->eventdbs[i].cv);
+		}
 		for (int i = 0; i < HL_EVENT_BUCKETS; i++)
 			ConditionVariableInit(&hl_shared->eventcv[i]);
 		hl_shared->nslots = hl_max_databases;
@@ -166,6 +232,16 @@ shmem_startup(void)
 				(rings + (Size) i * hl_queue_size * sizeof(HlMessage));
 		}
 	}
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(HlWaitKey);
+	info.entrysize = sizeof(HlWaitEntry);
+	info.num_partitions = HL_WAIT_PARTITIONS;
+	wait_table = ShmemInitHash("hoplock names waited for",
+							   wait_table_size(), wait_table_size(),
+							   &info,
+							   HASH_ELEM | HASH_BLOBS | HASH_PARTITION |
+							   HASH_FIXED_SIZE);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -338,22 +414,205 @@ hl_mailbox_empty(HlDbSlot *slot)
 	return slot->head == slot->tail && !slot->overflowed;
 }
 
-/* The condition variable the waiters for lease "name" sleep on. */
-ConditionVariable *
-hl_wait_cv(text *name)
+/*
+ * The key of lease "name" of this database in the table of names waited
+ * for.  Shared memory must be there (it holds the secret).
+ */
+void
+hl_wait_key(text *name, HlWaitKey *key)
 {
-	if (hl_shared == NULL)
-		return NULL;
-	return &hl_shared->waitcv[hl_name_bucket(name, HL_WAIT_BUCKETS)];
+	int			len = VARSIZE_ANY_EXHDR(name);
+	uint8		buf[HL_SECRET_BYTES + sizeof(Oid) + HL_MAX_NAME_BYTES];
+	uint8	   *data = buf;
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	Size		total = HL_SECRET_BYTES + sizeof(Oid) + len;
+
+	Assert(hl_shared != NULL);
+	if (total > sizeof(buf))
+		data = palloc(total);
+	memcpy(data, hl_shared->secret, HL_SECRET_BYTES);
+	memcpy(data + HL_SECRET_BYTES, &MyDatabaseId, sizeof(Oid));
+	memcpy(data + HL_SECRET_BYTES + sizeof(Oid), VARDATA_ANY(name), len);
+	hl_sha256(data, total, digest);
+	if (data != buf)
+		pfree(data);
+
+	memset(key, 0, sizeof(*key));
+	key->dboid = MyDatabaseId;
+	memcpy(&key->digest, digest, sizeof(key->digest));
 }
 
-/* The condition variable hoplock_watch sleeps on in database "dboid". */
+static LWLock *
+wait_partition_lock(uint32 hash)
+{
+	return hl_shared->wait_locks[hash % HL_WAIT_PARTITIONS];
+}
+
+/* before_shmem_exit: a backend leaving in hoplock_wait (FATAL) waits no more */
+static void
+wait_unregister_at_exit(int code, Datum arg)
+{
+	hl_wait_unregister();
+}
+
+/*
+ * Enter this backend among the waiters of the name with "key": returns the
+ * condition variable to sleep on, theirs, until hl_wait_unregister().
+ * NULL when there is none: no shared memory, or (which the table's size
+ * rules out) this backend waits already, or the table is full; the caller
+ * then polls.
+ */
+ConditionVariable *
+hl_wait_register(const HlWaitKey *key)
+{
+	HlWaitEntry *entry;
+	uint32		hash;
+	LWLock	   *lock;
+	bool		found;
+
+	if (hl_shared == NULL || my_wait != NULL)
+		return NULL;
+	if (!my_wait_exit_callback)
+	{
+		before_shmem_exit(wait_unregister_at_exit, (Datum) 0);
+		my_wait_exit_callback = true;
+	}
+
+	hash = get_hash_value(wait_table, key);
+	lock = wait_partition_lock(hash);
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	entry = hash_search_with_hash_value(wait_table, key, hash,
+										HASH_ENTER_NULL, &found);
+	if (entry != NULL)
+	{
+		/* nobody sleeps on a new entry's condition variable: set it up */
+		if (!found)
+		{
+			entry->nwaiters = 0;
+			ConditionVariableInit(&entry->cv);
+		}
+		entry->nwaiters++;
+	}
+	LWLockRelease(lock);
+
+	if (entry == NULL)
+		return NULL;
+	my_wait = entry;
+	my_wait_hash = hash;
+	return &entry->cv;
+}
+
+/*
+ * This backend waits no more: off the condition variable's list of
+ * sleepers first, then out of the table, so that the entry can be removed
+ * (and its memory given to another name) with nobody on that list.
+ */
+void
+hl_wait_unregister(void)
+{
+	HlWaitEntry *entry = my_wait;
+	LWLock	   *lock;
+
+	if (entry == NULL)
+		return;
+	ConditionVariableCancelSleep();
+	my_wait = NULL;
+
+	lock = wait_partition_lock(my_wait_hash);
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	Assert(entry->nwaiters > 0);
+	if (--entry->nwaiters == 0)
+		(void) hash_search_with_hash_value(wait_table, &entry->key,
+										   my_wait_hash, HASH_REMOVE, NULL);
+	LWLockRelease(lock);
+}
+
+/*
+ * Wake the waiters of the name with "key", if there are any.  The
+ * broadcast is made under the partition's lock, so that the entry cannot
+ * be removed and set up again for another name meanwhile.
+ */
+void
+hl_wake_waiters(const HlWaitKey *key)
+{
+	HlWaitEntry *entry;
+	uint32		hash;
+	LWLock	   *lock;
+
+	if (hl_shared == NULL)
+		return;
+	hash = get_hash_value(wait_table, key);
+	lock = wait_partition_lock(hash);
+	LWLockAcquire(lock, LW_SHARED);
+	entry = hash_search_with_hash_value(wait_table, key, hash,
+										HASH_FIND, NULL);
+	if (entry != NULL)
+		ConditionVariableBroadcast(&entry->cv);
+	LWLockRelease(lock);
+}
+
+/*
+ * The eventdbs[] entry of database "dboid", claimed for it if "claim" and
+ * it has none yet.  NULL if it has none: *full says whether all are taken
+ * (else a sleeper of the database would have claimed one).  Entries are
+ * claimed for good, in the order of a probe that starts at a keyed hash of
+ * the database: a database that has one has it before the first free
+ * entry of its probe.
+ */
+static HlEventCv *
+event_entry(Oid dboid, bool claim, bool *full)
+{
+	uint32		start = hash_bytes_uint32_extended(dboid, hl_shared->seed) %
+		HL_EVENT_DBS;
+
+	*full = false;
+	for (int k = 0; k < HL_EVENT_DBS; k++)
+	{
+		HlEventCv  *e = &hl_shared->eventdbs[(start + k) % HL_EVENT_DBS];
+		uint32		d = pg_atomic_read_u32(&e->dboid);
+
+		if (d == dboid)
+			return e;
+		if (d != InvalidOid)
+			continue;
+		if (!claim)
+			return NULL;
+		if (pg_atomic_compare_exchange_u32(&e->dboid, &d, dboid) ||
+			d == dboid)
+			return e;
+		/* another database took it first: probe on */
+	}
+	*full = true;
+	return NULL;
+}
+
+/* Where the hoplock_watch sleepers of a database without an entry sleep */
+static ConditionVariable *
+event_bucket(Oid dboid)
+{
+	return &hl_shared->eventcv[(hash_bytes_uint32_extended(dboid,
+															 hl_shared->seed + 1)) %
+							   HL_EVENT_BUCKETS];
+}
+
+/*
+ * The condition variable hoplock_watch sleeps on in database "dboid": its
+ * own, claimed by its first sleeper, unless all are taken.  A claim is
+ * made (a full barrier) before the sleeper first looks at the log, and a
+ * transaction looks for it (in hl_wake_event_readers) after its events
+ * were committed: either the sleeper sees the events, or the transaction
+ * sees the claim.
+ */
 ConditionVariable *
 hl_event_cv(Oid dboid)
 {
+	HlEventCv  *e;
+	bool		full;
+
 	if (hl_shared == NULL)
 		return NULL;
-	return &hl_shared->eventcv[dboid % HL_EVENT_BUCKETS];
+	e = event_entry(dboid, true, &full);
+	return e != NULL ? &e->cv : event_bucket(dboid);
 }
 
 /*
@@ -367,6 +626,8 @@ void
 hl_wake_event_readers(Oid dboid)
 {
 	static HlDbSlot *cached = NULL;
+	HlEventCv  *e;
+	bool		full;
 
 	if (hl_shared == NULL)
 		return;
@@ -384,7 +645,14 @@ hl_wake_event_readers(Oid dboid)
 		if (latch != NULL)
 			SetLatch(latch);
 	}
-	ConditionVariableBroadcast(hl_event_cv(dboid));
+
+	/* the events are committed: now look for the sleepers' claim */
+	pg_memory_barrier();
+	e = event_entry(dboid, false, &full);
+	if (e != NULL)
+		ConditionVariableBroadcast(&e->cv);
+	else if (full)
+		ConditionVariableBroadcast(event_bucket(dboid));
 }
 
 /* Wake the launcher, asking it to look at database "dboid" (or all). */

@@ -4,8 +4,8 @@
  *		hoplock's shared memory (shmem.c): one slot per served database,
  *		with its worker's latch, state, statistics and mailbox; the
  *		launcher's latch and requests; the registry of sessions that bound
- *		terms; and the condition variables hoplock_wait sleeps on.
- *		Present only when hoplock is in shared_preload_libraries:
+ *		terms; and the condition variables hoplock_wait and hoplock_watch
+ *		sleep on.  Present only when hoplock is in shared_preload_libraries:
  *		hl_shared is NULL otherwise, and every caller copes.
  *
  *		Locking (LWLocks of the tranche "hoplock"):
@@ -15,7 +15,8 @@
  *		  events_pending, an atomic flag;
  *		- hl_shared->seq_lock: which database has which evdbs[] entry;
  *		- evdb->lock: a database's event numbers, and the seqs[] entries
- *		  of its backends.
+ *		  of its backends;
+ *		- wait_locks[]: the partitions of the table of names waited for.
  *		A process may take a slot's lock while holding hl_shared->lock,
  *		an evdbs[] entry's while holding seq_lock, and the overflow
  *		entry's (evdbs[0]) while holding another entry's, never the other
@@ -34,8 +35,14 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 
-#define HL_WAIT_BUCKETS		1024
+/* Partitions (and LWLocks) of the table of names waited for */
+#define HL_WAIT_PARTITIONS	16
+/* Databases whose hoplock_watch sleepers have a condition variable alone */
+#define HL_EVENT_DBS		256
+/* ...and the condition variables the others share */
 #define HL_EVENT_BUCKETS	64
+/* Bytes of the server's secret, drawn when shared memory is set up */
+#define HL_SECRET_BYTES		32
 #define HL_MAX_REQUESTS		16
 
 typedef enum HlMessageKind
@@ -165,6 +172,29 @@ typedef struct HlEventDb
 	TimestampTz last_used;
 } HlEventDb;
 
+/*
+ * A name waited for in a database: the first 64 bits of the SHA-256 digest
+ * of the server's secret, the database and the name.  Nobody can tell
+ * without the secret which names share a key, nor find two that do short
+ * of about 2^64 tries (SHA-256 being what it is).
+ */
+typedef struct HlWaitKey
+{
+	Oid			dboid;
+	uint32		pad;			/* zero */
+	uint64		digest;
+} HlWaitKey;
+
+/*
+ * The condition variable of a database's hoplock_watch sleepers, claimed
+ * for it by the first of them for as long as the server runs.
+ */
+typedef struct HlEventCv
+{
+	pg_atomic_uint32 dboid;		/* InvalidOid: free */
+	ConditionVariable cv;
+} HlEventCv;
+
 typedef struct HlShared
 {
 	LWLock	   *lock;			/* slot allocation, launcher fields */
@@ -186,9 +216,14 @@ typedef struct HlShared
 	HlEventDb  *evdbs;
 	int			nunserved;		/* under lock */
 	HlUnserved	unserved[HL_MAX_UNSERVED];
-	ConditionVariable waitcv[HL_WAIT_BUCKETS];
-	ConditionVariable eventcv[HL_EVENT_BUCKETS];	/* hoplock_watch sleeps
-													 * on its database's */
+	uint8		secret[HL_SECRET_BYTES];	/* random, new at every start of
+											 * shared memory: keys the
+											 * choice of condition variables */
+	uint64		seed;			/* from the secret, for hash_bytes_extended */
+	LWLock	   *wait_locks[HL_WAIT_PARTITIONS];
+	HlEventCv	eventdbs[HL_EVENT_DBS];
+	ConditionVariable eventcv[HL_EVENT_BUCKETS];	/* when eventdbs[] is
+													 * full */
 	HlDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } HlShared;
 
@@ -208,7 +243,10 @@ extern void hl_slot_reset(HlDbSlot *slot);
 extern void hl_post(Oid dboid, const HlMessage *msg);
 extern bool hl_take(HlDbSlot *slot, HlMessage *msg, bool *overflowed);
 extern bool hl_mailbox_empty(HlDbSlot *slot);
-extern ConditionVariable *hl_wait_cv(text *name);
+extern void hl_wait_key(text *name, HlWaitKey *key);
+extern ConditionVariable *hl_wait_register(const HlWaitKey *key);
+extern void hl_wait_unregister(void);
+extern void hl_wake_waiters(const HlWaitKey *key);
 extern ConditionVariable *hl_event_cv(Oid dboid);
 extern void hl_wake_event_readers(Oid dboid);
 extern void hl_wake_launcher(Oid dboid);

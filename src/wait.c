@@ -4,20 +4,21 @@
  *		hoplock_wait: acquire, or sleep until the lease can be had and try
  *		again, until the timeout.
  *
- *		Sleeping is on a condition variable in shared memory, one of
- *		HL_WAIT_BUCKETS chosen by the lease's name.  It is broadcast at the
- *		end of every transaction that held the lease's term lock in
- *		ExclusiveLock (a release, a force-release, a new term, a forget),
- *		when the worker announces an expiry, when a renewal moves the expiry
- *		earlier, and at the end of a fence that outlived the term it
- *		fenced (only then could it have kept a waiter out).  A renewal, or a
- *		fence of a running term, wakes nobody: a waiter costs nothing while
- *		its lease does not change hands.  A sleeper also wakes by itself
- *		when the holder's term lapses, so an expiry needs no worker.  Woken
- *		waiters race through the ordinary compare-and-swap; one wins, the
- *		others sleep again.  A waiter that found the lease free but could
- *		not take it (a term change or fence in flight, the table locked)
- *		tries again at least every second.
+ *		Sleeping is on a condition variable in shared memory of the lease's
+ *		name alone (shmem.c): the waiters of a name are woken by changes of
+ *		that name, never by those of another, whoever chose it.  It is
+ *		broadcast at the end of every transaction that held the lease's
+ *		term lock in ExclusiveLock (a release, a force-release, a new term,
+ *		a forget), when the worker announces an expiry, when a renewal
+ *		moves the expiry earlier, and at the end of a fence that outlived
+ *		the term it fenced (only then could it have kept a waiter out).  A
+ *		renewal, or a fence of a running term, wakes nobody: a waiter costs
+ *		nothing while its lease does not change hands.  A sleeper also
+ *		wakes by itself when the holder's term lapses, so an expiry needs no
+ *		worker.  Woken waiters race through the ordinary compare-and-swap;
+ *		one wins, the others sleep again.  A waiter that found the lease
+ *		free but could not take it (a term change or fence in flight, the
+ *		table locked) tries again at least every second.
  *
  *		A sleeping waiter holds no lock: an attempt that fails gives back
  *		every lock it took, so that it holds up neither DDL on the lease
@@ -57,6 +58,7 @@
 #include "pgstat.h"
 #include "storage/condition_variable.h"
 #include "storage/latch.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
@@ -72,11 +74,11 @@
 
 static bool polling_notice_given = false;
 
-/* Condition variables to broadcast when this transaction ends */
+/* Names whose waiters to wake when this transaction ends */
 typedef struct PendingWake
 {
 	struct PendingWake *next;
-	ConditionVariable *cv;
+	HlWaitKey	key;
 	TimestampTz lapsed_by;		/* only if the clock is past this; 0:
 								 * always */
 	SubTransactionId subid;		/* the subtransaction that queued it */
@@ -139,41 +141,17 @@ sleep_on(ConditionVariable *cv, TimestampTz until)
 }
 
 /*
- * Try the acquire; if it fails, sleep until the lease may be free, or the
- * deadline.  Returns true with *result when the lease was acquired.
- *
- * A waiter whose client has gone takes no lease: it looks at the
- * connection at least every CLIENT_CHECK_MS while it sleeps, after every
- * sleep, and once more when it has the lease, before the term can begin
- * (at commit); if the client has gone it ends like a backend with
- * client_connection_check_interval set.  (PostgreSQL 13 has no such
- * check: see hl_client_gone.)
+ * The loop of hl_lease_wait, sleeping on "cv" (NULL: polling).
  */
-bool
-hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
+static bool
+wait_loop(LeaseRequest *req, TimestampTz deadline, ConditionVariable *cv,
+		  Lease *result)
 {
-	TimestampTz deadline;
-	ConditionVariable *cv = hl_wait_cv(req->name);
 	MemoryContext loop_context;
 	MemoryContext old;
 	long		poll_ms = POLL_FIRST_MS;
 	bool		acquired = false;
 	bool		waited = false;
-
-	req->busy_is_contention = true;
-	deadline = GetCurrentTimestamp();
-	if (pg_add_s64_overflow(deadline, timeout, &deadline) ||
-		!IS_VALID_TIMESTAMP(deadline))
-		deadline = DT_NOEND;
-
-	if (cv == NULL && !polling_notice_given)
-	{
-		ereport(NOTICE,
-				(errmsg("hoplock_wait is polling for lease changes"),
-				 errdetail("hoplock is not in shared_preload_libraries, so it cannot be woken when the lease is released."),
-				 errhint("Add hoplock to shared_preload_libraries and restart the server.")));
-		polling_notice_given = true;
-	}
 
 	loop_context = AllocSetContextCreate(CurrentMemoryContext,
 										 "hoplock_wait",
@@ -255,9 +233,79 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 		CHECK_FOR_INTERRUPTS();
 	}
 
-	if (cv != NULL)
-		ConditionVariableCancelSleep();
 	MemoryContextDelete(loop_context);
+	return acquired;
+}
+
+/*
+ * The condition variable to sleep on for lease "name", this backend
+ * entered among its waiters; NULL to poll.
+ */
+static ConditionVariable *
+start_waiting(text *name)
+{
+	HlWaitKey	key;
+	ConditionVariable *cv;
+
+	if (hl_shared == NULL)
+	{
+		if (!polling_notice_given)
+		{
+			ereport(NOTICE,
+					(errmsg("hoplock_wait is polling for lease changes"),
+					 errdetail("hoplock is not in shared_preload_libraries, so it cannot be woken when the lease is released."),
+					 errhint("Add hoplock to shared_preload_libraries and restart the server.")));
+			polling_notice_given = true;
+		}
+		return NULL;
+	}
+	hl_wait_key(name, &key);
+	cv = hl_wait_register(&key);
+	/* none: the table of names waited for is full; poll, then */
+	if (cv == NULL)
+		elog(DEBUG1, "hoplock_wait is polling for lease \"%s\"",
+			 text_to_cstring(name));
+	return cv;
+}
+
+/*
+ * Try the acquire; if it fails, sleep until the lease may be free, or the
+ * deadline.  Returns true with *result when the lease was acquired.
+ *
+ * The waiter sleeps on the condition variable of its lease's name, which
+ * it enters for the call, and leaves however the call ends: an error
+ * here, a FATAL at exit (shmem.c).
+ *
+ * A waiter whose client has gone takes no lease: it looks at the
+ * connection at least every CLIENT_CHECK_MS while it sleeps, after every
+ * sleep, and once more when it has the lease, before the term can begin
+ * (at commit); if the client has gone it ends like a backend with
+ * client_connection_check_interval set.  (PostgreSQL 13 has no such
+ * check: see hl_client_gone.)
+ */
+bool
+hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
+{
+	TimestampTz deadline;
+	ConditionVariable *volatile cv;
+	bool		acquired;
+
+	req->busy_is_contention = true;
+	deadline = GetCurrentTimestamp();
+	if (pg_add_s64_overflow(deadline, timeout, &deadline) ||
+		!IS_VALID_TIMESTAMP(deadline))
+		deadline = DT_NOEND;
+
+	cv = start_waiting(req->name);
+	PG_TRY();
+	{
+		acquired = wait_loop(req, deadline, cv, result);
+	}
+	PG_FINALLY();
+	{
+		hl_wait_unregister();
+	}
+	PG_END_TRY();
 	return acquired;
 }
 
@@ -269,7 +317,7 @@ queue_wake(text *name, TimestampTz lapsed_by)
 	if (hl_shared == NULL)
 		return;
 	item = MemoryContextAlloc(TopTransactionContext, sizeof(PendingWake));
-	item->cv = hl_wait_cv(name);
+	hl_wait_key(name, &item->key);
 	item->lapsed_by = lapsed_by;
 	item->subid = GetCurrentSubTransactionId();
 	item->next = pending_wakes;
@@ -278,9 +326,8 @@ queue_wake(text *name, TimestampTz lapsed_by)
 
 /*
  * Wake the waiters of lease "name" when this transaction ends, by commit or
- * abort.  Broadcasting a condition variable nobody sleeps on costs next to
- * nothing, so a lease changed twice in one transaction is simply woken
- * twice.
+ * abort.  Waking a name nobody waits for costs a look in a hash table, so
+ * a lease changed twice in one transaction is simply woken twice.
  */
 void
 hl_wake_waiters_at_end(text *name)
@@ -313,7 +360,7 @@ broadcast(PendingWake *item, TimestampTz *now)
 		if (*now < item->lapsed_by)
 			return;
 	}
-	ConditionVariableBroadcast(item->cv);
+	hl_wake_waiters(&item->key);
 }
 
 /*
