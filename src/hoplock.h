@@ -179,7 +179,6 @@ extern bool hl_term_trylock(text *name, LOCKMODE mode);
 extern void hl_term_unlock(text *name, LOCKMODE mode);
 extern void hl_term_lock_holders(text *name, int *fence_pid,
 								 int *change_pid);
-extern uint32 hl_name_bucket(text *name, uint32 nbuckets);
 
 /* ---------------------------------------------------------------------
  * table.c: finding hoplock's tables and checking that they can be trusted

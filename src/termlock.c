@@ -11,8 +11,8 @@
  *		name.  A role that wanted to keep another role's lease from changing
  *		hands by holding a lock on a name of its own would need a name whose
  *		digest shares those 64 bits: a second preimage, which takes about
- *		2^64 digests.  The same digest picks the condition variable the
- *		lease's waiters sleep on.
+ *		2^64 digests.  (The waiters' condition variables are keyed with a
+ *		secret of the server's: wait.c.)
  *
  *-------------------------------------------------------------------------
  */
@@ -131,15 +131,4 @@ hl_term_lock_holders(text *name, int *fence_pid, int *change_pid)
 	*change_pid = first_pid(changers, NULL);
 	holders = GetLockConflicts(&tag, ExclusiveLock, NULL);
 	*fence_pid = first_pid(holders, changers);
-}
-
-/* One of "nbuckets" buckets for "name", from the same digest. */
-uint32
-hl_name_bucket(text *name, uint32 nbuckets)
-{
-	const uint8 *d = name_digest(name);
-	uint32		h = ((uint32) d[8] << 24) | ((uint32) d[9] << 16) |
-		((uint32) d[10] << 8) | d[11];
-
-	return (h ^ MyDatabaseId) % nbuckets;
 }
