@@ -1,7 +1,7 @@
 # Hostile input: every SQL function of hoplock, and the trigger
 # hoplock_fenced (created with random arguments, on tables and views,
-# BEFORE, AFTER, INSTEAD OF, per row and per statement), called 100,000
-# times and more with random and edge arguments -- names and owners of 0,
+# BEFORE, AFTER, INSTEAD OF, per row and per statement), called 50,000
+# times (in make test; more with HOPLOCK_FUZZ_CALLS) with random and edge arguments -- names and owners of 0,
 # 1, 255, 256, 257 bytes and longer, multibyte at the 256-byte edge, invalid
 # UTF-8, C0, DEL and C1 control characters, NULLs; intervals with months,
 # negative, zero, huge, "infinite" (no such interval before PostgreSQL 17:
@@ -63,7 +63,7 @@ use Time::HiRes qw(time);
 
 sub from_env { my ($v, $default) = @_; return defined $v && $v =~ /^\d+$/ ? $v : $default }
 my $seed = from_env($ENV{HOPLOCK_FUZZ_SEED}, (int(time() * 1000) ^ $$) % 2_147_483_647);
-my $target_calls = from_env($ENV{HOPLOCK_FUZZ_CALLS}, 100_000);
+my $target_calls = from_env($ENV{HOPLOCK_FUZZ_CALLS}, 50_000);
 my $max_seconds = from_env($ENV{HOPLOCK_FUZZ_SECONDS}, 300);
 diag("seed $seed (set HOPLOCK_FUZZ_SEED=$seed to repeat this run)");
 srand($seed);
