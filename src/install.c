@@ -178,7 +178,9 @@ hoplock_check_schema(PG_FUNCTION_ARGS)
 			 errdetail("Role \"%s\", which is not a superuser, may create objects in the schema that capture calls to hoplock's functions.",
 					   rolename ? rolename : "?"),
 			 updating ?
-			 errhint("Revoke CREATE on the schema from roles that are not superusers, or reinstall hoplock into a schema of its own.") :
+			 (owns ?
+			  errhint("Give the schema to a superuser (ALTER SCHEMA ... OWNER TO), look for objects planted in it, or reinstall hoplock into a schema of its own.") :
+			  errhint("Revoke CREATE on the schema from roles that are not superusers, or reinstall hoplock into a schema of its own.")) :
 			 errhint("Install it into a schema only superusers may create in: CREATE SCHEMA hoplock; CREATE EXTENSION hoplock SCHEMA hoplock;")));
 	PG_RETURN_VOID();
 }

@@ -21,12 +21,11 @@
  *		change of a name no one waits for wakes nobody; one of another
  *		name could wake the waiters of this one only if the two shared a
  *		64-bit key, which without the secret nobody can tell or aim for.
- *		hoplock_watch sleeps on a condition variable of its database,
- *		claimed by its first sleeper among HL_EVENT_DBS; when they are all
- *		taken (by that many databases that watched since the start), on one
- *		of HL_EVENT_BUCKETS, chosen by a hash of the database keyed by the
- *		secret.  The secret is drawn with pg_strong_random whenever shared
- *		memory is set up, and never leaves it.
+ *		hoplock_watch sleeps on a condition variable of its database's
+ *		event stream, an entry of the same table under a key no lease name
+ *		can have (made by the first watcher, removed by the last).  The
+ *		secret is drawn with pg_strong_random whenever shared memory is set
+ *		up, and never leaves it.
  *
  *-------------------------------------------------------------------------
  */
@@ -199,13 +198,6 @@ shmem_startup(void)
 		memcpy(&hl_shared->seed, hl_shared->secret, sizeof(uint64));
 		for (int i = 0; i < HL_WAIT_PARTITIONS; i++)
 			hl_shared->wait_locks[i] = &locks[wait_locks_base() + i].lock;
-		for (int i = 0; i < HL_EVENT_DBS; i++)
-		{
-			pg_atomic_init_u32(&hl_shared->eventdbs[i].dboid, InvalidOid);
-			ConditionVariableInit(&hl_shared->eventdbs[i].cv);
-		}
-		for (int i = 0; i < HL_EVENT_BUCKETS; i++)
-			ConditionVariableInit(&hl_shared->eventcv[i]);
 		hl_shared->nslots = hl_max_databases;
 		hl_shared->queue_size = hl_queue_size;
 		hl_shared->nprocs = total_procs();
@@ -552,67 +544,58 @@ hl_wake_waiters(const HlWaitKey *key)
 }
 
 /*
- * The eventdbs[] entry of database "dboid", claimed for it if "claim" and
- * it has none yet.  NULL if it has none: *full says whether all are taken
- * (else a sleeper of the database would have claimed one).  Entries are
- * claimed for good, in the order of a probe that starts at a keyed hash of
- * the database: a database that has one has it before the first free
- * entry of its probe.
+ * The key of database "dboid"'s event stream in the table of names waited
+ * for: a digest of the secret, the database and a byte no lease name has
+ * (names are valid UTF-8, which never holds 0xFF).  This backend's own
+ * database's is kept; the secret changes only with shared memory, which
+ * no backend outlives.
  */
-static HlEventCv *
-event_entry(Oid dboid, bool claim, bool *full)
+static void
+event_key(Oid dboid, HlWaitKey *key)
 {
-	uint32		start = hash_bytes_uint32_extended(dboid, hl_shared->seed) %
-		HL_EVENT_DBS;
+	static const uint8 tail[] = {0xFF, 'e', 'v', 'e', 'n', 't', 's'};
+	static Oid	cached_dboid = InvalidOid;
+	static HlWaitKey cached;
+	uint8		buf[HL_SECRET_BYTES + sizeof(Oid) + sizeof(tail)];
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 
-	*full = false;
-	for (int k = 0; k < HL_EVENT_DBS; k++)
+	if (OidIsValid(cached_dboid) && dboid == cached_dboid)
 	{
-		HlEventCv  *e = &hl_shared->eventdbs[(start + k) % HL_EVENT_DBS];
-		uint32		d = pg_atomic_read_u32(&e->dboid);
-
-		if (d == dboid)
-			return e;
-		if (d != InvalidOid)
-			continue;
-		if (!claim)
-			return NULL;
-		if (pg_atomic_compare_exchange_u32(&e->dboid, &d, dboid) ||
-			d == dboid)
-			return e;
-		/* another database took it first: probe on */
+		*key = cached;
+		return;
 	}
-	*full = true;
-	return NULL;
-}
-
-/* Where the hoplock_watch sleepers of a database without an entry sleep */
-static ConditionVariable *
-event_bucket(Oid dboid)
-{
-	return &hl_shared->eventcv[(hash_bytes_uint32_extended(dboid,
-															 hl_shared->seed + 1)) %
-							   HL_EVENT_BUCKETS];
+	memcpy(buf, hl_shared->secret, HL_SECRET_BYTES);
+	memcpy(buf + HL_SECRET_BYTES, &dboid, sizeof(Oid));
+	memcpy(buf + HL_SECRET_BYTES + sizeof(Oid), tail, sizeof(tail));
+	hl_sha256(buf, sizeof(buf), digest);
+	memset(key, 0, sizeof(*key));
+	key->dboid = dboid;
+	memcpy(&key->digest, digest, sizeof(key->digest));
+	if (dboid == MyDatabaseId)
+	{
+		cached = *key;
+		cached_dboid = dboid;
+	}
 }
 
 /*
- * The condition variable hoplock_watch sleeps on in database "dboid": its
- * own, claimed by its first sleeper, unless all are taken.  A claim is
- * made (a full barrier) before the sleeper first looks at the log, and a
+ * Enter this backend among the hoplock_watch sleepers of database "dboid":
+ * returns the condition variable to sleep on, theirs alone, until
+ * hl_wait_unregister(); NULL without shared memory.  It is entered (under
+ * a lock: a full barrier) before the sleeper first looks at the log, and a
  * transaction looks for it (in hl_wake_event_readers) after its events
  * were committed: either the sleeper sees the events, or the transaction
- * sees the claim.
+ * sees it.
  */
 ConditionVariable *
-hl_event_cv(Oid dboid)
+hl_watch_register(Oid dboid)
 {
-	HlEventCv  *e;
-	bool		full;
+	HlWaitKey	key;
 
 	if (hl_shared == NULL)
 		return NULL;
-	e = event_entry(dboid, true, &full);
-	return e != NULL ? &e->cv : event_bucket(dboid);
+	event_key(dboid, &key);
+	return hl_wait_register(&key);
 }
 
 /*
@@ -626,8 +609,7 @@ void
 hl_wake_event_readers(Oid dboid)
 {
 	static HlDbSlot *cached = NULL;
-	HlEventCv  *e;
-	bool		full;
+	HlWaitKey	key;
 
 	if (hl_shared == NULL)
 		return;
@@ -646,13 +628,10 @@ hl_wake_event_readers(Oid dboid)
 			SetLatch(latch);
 	}
 
-	/* the events are committed: now look for the sleepers' claim */
+	/* the events are committed: now look for the sleepers */
 	pg_memory_barrier();
-	e = event_entry(dboid, false, &full);
-	if (e != NULL)
-		ConditionVariableBroadcast(&e->cv);
-	else if (full)
-		ConditionVariableBroadcast(event_bucket(dboid));
+	event_key(dboid, &key);
+	hl_wake_waiters(&key);
 }
 
 /* Wake the launcher, asking it to look at database "dboid" (or all). */

@@ -37,10 +37,6 @@
 
 /* Partitions (and LWLocks) of the table of names waited for */
 #define HL_WAIT_PARTITIONS	16
-/* Databases whose hoplock_watch sleepers have a condition variable alone */
-#define HL_EVENT_DBS		256
-/* ...and the condition variables the others share */
-#define HL_EVENT_BUCKETS	64
 /* Bytes of the server's secret, drawn when shared memory is set up */
 #define HL_SECRET_BYTES		32
 #define HL_MAX_REQUESTS		16
@@ -185,16 +181,6 @@ typedef struct HlWaitKey
 	uint64		digest;
 } HlWaitKey;
 
-/*
- * The condition variable of a database's hoplock_watch sleepers, claimed
- * for it by the first of them for as long as the server runs.
- */
-typedef struct HlEventCv
-{
-	pg_atomic_uint32 dboid;		/* InvalidOid: free */
-	ConditionVariable cv;
-} HlEventCv;
-
 typedef struct HlShared
 {
 	LWLock	   *lock;			/* slot allocation, launcher fields */
@@ -221,9 +207,6 @@ typedef struct HlShared
 											 * choice of condition variables */
 	uint64		seed;			/* from the secret, for hash_bytes_extended */
 	LWLock	   *wait_locks[HL_WAIT_PARTITIONS];
-	HlEventCv	eventdbs[HL_EVENT_DBS];
-	ConditionVariable eventcv[HL_EVENT_BUCKETS];	/* when eventdbs[] is
-													 * full */
 	HlDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } HlShared;
 
@@ -247,7 +230,7 @@ extern void hl_wait_key(text *name, HlWaitKey *key);
 extern ConditionVariable *hl_wait_register(const HlWaitKey *key);
 extern void hl_wait_unregister(void);
 extern void hl_wake_waiters(const HlWaitKey *key);
-extern ConditionVariable *hl_event_cv(Oid dboid);
+extern ConditionVariable *hl_watch_register(Oid dboid);
 extern void hl_wake_event_readers(Oid dboid);
 extern void hl_wake_launcher(Oid dboid);
 extern void hl_nudge_launcher(void);

@@ -178,6 +178,9 @@ check_client(void)
 			 errmsg("connection to client lost")));
 }
 
+static void watch_loop(FunctionCallInfo fcinfo, int64 after,
+					   TimestampTz deadline, ConditionVariable *cv);
+
 /*
  * hoplock_watch(after, timeout): the events after number "after", as soon
  * as there are any, waiting up to "timeout" for the first; none if it
@@ -189,7 +192,7 @@ hoplock_watch(PG_FUNCTION_ARGS)
 	int64		after;
 	int64		timeout;
 	TimestampTz deadline;
-	ConditionVariable *cv = hl_event_cv(MyDatabaseId);
+	ConditionVariable *volatile cv;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -212,6 +215,28 @@ hoplock_watch(PG_FUNCTION_ARGS)
 		deadline = END_TIMESTAMP;
 
 	InitMaterializedSRF(fcinfo, 0);
+	cv = hl_watch_register(MyDatabaseId);
+	PG_TRY();
+	{
+		watch_loop(fcinfo, after, deadline, cv);
+	}
+	PG_FINALLY();
+	{
+		if (cv != NULL)
+			hl_wait_unregister();
+	}
+	PG_END_TRY();
+	PG_RETURN_VOID();
+}
+
+/*
+ * Read the events after "after" into the result, waiting on "cv" (NULL:
+ * polling) until there are some or "deadline" passes.
+ */
+static void
+watch_loop(FunctionCallInfo fcinfo, int64 after, TimestampTz deadline,
+		   ConditionVariable *cv)
+{
 	for (;;)
 	{
 		TimestampTz now;
@@ -243,7 +268,6 @@ hoplock_watch(PG_FUNCTION_ARGS)
 	}
 	if (cv != NULL)
 		ConditionVariableCancelSleep();
-	PG_RETURN_VOID();
 }
 
 /*
