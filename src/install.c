@@ -173,7 +173,7 @@ hoplock_check_schema(PG_FUNCTION_ARGS)
 			 errmsg("hoplock is installed in schema \"%s\", which is not safe", nspname) :
 			 errmsg("hoplock cannot be installed in schema \"%s\"", nspname),
 			 owns ?
-			 errdetail("Role \"%s\", which is not a superuser, owns the schema: it could put objects there that capture calls to hoplock's functions, or rename the schema.",
+			 errdetail("Role \"%s\", which is not a superuser, owns the schema: it could put objects there that capture calls to hoplock's functions (it may have already), or rename the schema.",
 					   rolename ? rolename : "?") :
 			 errdetail("Role \"%s\", which is not a superuser, may create objects in the schema that capture calls to hoplock's functions.",
 					   rolename ? rolename : "?"),
@@ -181,6 +181,6 @@ hoplock_check_schema(PG_FUNCTION_ARGS)
 			 (owns ?
 			  errhint("Give the schema to a superuser (ALTER SCHEMA ... OWNER TO), look for objects planted in it, or reinstall hoplock into a schema of its own.") :
 			  errhint("Revoke CREATE on the schema from roles that are not superusers, or reinstall hoplock into a schema of its own.")) :
-			 errhint("Install it into a schema only superusers may create in: CREATE SCHEMA hoplock; CREATE EXTENSION hoplock SCHEMA hoplock;")));
+			 errhint("Install it into a schema a superuser creates for it now, under a name no other role has used: CREATE SCHEMA hoplock; CREATE EXTENSION hoplock SCHEMA hoplock;")));
 	PG_RETURN_VOID();
 }
