@@ -387,19 +387,34 @@ hl_wake_event_readers(Oid dboid)
 	ConditionVariableBroadcast(hl_event_cv(dboid));
 }
 
-/* Wake the launcher, asking it to look at database "dboid" (or all). */
+/*
+ * Wake the launcher, asking it to look at database "dboid".  A database is
+ * asked for once however many ask before the launcher looks.  A request
+ * that finds the list full is dropped (the launcher is still woken), never
+ * turned into a look into every database, which any role able to ask could
+ * then repeat at will: what it asked for comes anyway -- a database just
+ * created is new to the launcher, a worker stopped for a statement is
+ * started again when its slot is harvested, and a database that uses
+ * hoplock without a worker asks again as its sessions go on calling it
+ * (hl_count_by).
+ */
 void
 hl_wake_launcher(Oid dboid)
 {
 	Latch	   *latch;
+	bool		found = false;
 
 	if (hl_shared == NULL)
 		return;
 	LWLockAcquire(hl_shared->lock, LW_EXCLUSIVE);
-	if (OidIsValid(dboid) && hl_shared->nrequests < HL_MAX_REQUESTS)
+	for (int i = 0; i < hl_shared->nrequests; i++)
+	{
+		if (hl_shared->requests[i] == dboid)
+			found = true;
+	}
+	if (OidIsValid(dboid) && !found &&
+		hl_shared->nrequests < HL_MAX_REQUESTS)
 		hl_shared->requests[hl_shared->nrequests++] = dboid;
-	else
-		hl_shared->rescan_all = true;
 	latch = hl_shared->launcher_latch;
 	LWLockRelease(hl_shared->lock);
 	if (latch != NULL)

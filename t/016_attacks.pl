@@ -271,6 +271,77 @@ sleep 2;
 my @started = (slurp_file($node->logfile, $log_offset) =~ /starting background worker process "hoplock worker/g);
 cmp_ok(scalar @started, '<=', 1,
 	'200 ALTER DATABASE by a database owner start no stream of workers');
+
+# Statements that need the database alone stop its worker, which is started
+# again once the statement is over, whether it worked or not.  A database
+# owner running a stream of them, each failing at once, must not make the
+# launcher start a stream of workers: for its own database no more than one
+# a second, and no worker anywhere else to look into every database again.
+$node->safe_psql('postgres', q{
+	CREATE DATABASE malloryserved OWNER mallory;
+	CREATE TABLE starts (what text, tries int);
+	GRANT INSERT ON starts TO mallory;
+	CREATE PROCEDURE alone_loop(what text, stmt text, seconds float) LANGUAGE plpgsql AS $$
+	DECLARE
+		tries int := 0;
+		stop timestamptz := clock_timestamp() + seconds * interval '1 s';
+	BEGIN
+		WHILE clock_timestamp() < stop LOOP
+			BEGIN
+				EXECUTE stmt;
+			EXCEPTION WHEN OTHERS THEN
+				NULL;
+			END;
+			tries := tries + 1;
+		END LOOP;
+		INSERT INTO starts VALUES (what, tries);
+	END $$;
+	GRANT EXECUTE ON PROCEDURE alone_loop(text, text, float) TO mallory;
+});
+$node->safe_psql('malloryserved', 'CREATE EXTENSION hoplock');
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_workers WHERE datname = 'malloryserved' AND state = 'sleeping'})
+  or die 'malloryserved not served';
+sleep 1;
+
+# the hoplock workers the postmaster started since log offset $from
+sub workers_started
+{
+	my ($from) = @_;
+	my @s = (slurp_file($node->logfile, $from) =~ /starting background worker process "hoplock worker/g);
+	return scalar @s;
+}
+
+# 4 sessions of a failing ALTER DATABASE ... SET TABLESPACE, for 3 s
+$log_offset = -s $node->logfile;
+my @movers = map { $node->background_psql('postgres', extra_params => [ '-U', 'mallory' ]) } 1 .. 4;
+$_->query_until(qr/started/, "\\echo started\nCALL alone_loop('move', 'ALTER DATABASE malloryserved SET TABLESPACE pg_default', 3);\n")
+  foreach @movers;
+$_->quit foreach @movers;
+my $tries = $node->safe_psql('postgres', q{SELECT sum(tries) FROM starts WHERE what = 'move'});
+my $n = workers_started($log_offset);
+cmp_ok($n, '<=', 6,
+	"$tries failing ALTER DATABASE SET TABLESPACE in 4 sessions for 3 s started $n workers");
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_workers WHERE datname = 'malloryserved' AND state = 'sleeping'})
+  or die 'malloryserved not served again';
+pass('and its worker is back afterwards');
+
+# a CREATEDB role renaming its database to its own name, for 5 s
+$node->safe_psql('postgres', 'ALTER ROLE mallory CREATEDB');
+$log_offset = -s $node->logfile;
+$node->safe_psql('postgres',
+	q{CALL alone_loop('rename', 'ALTER DATABASE malloryserved RENAME TO malloryserved', 5)},
+	extra_params => [ '-U', 'mallory' ]);
+$tries = $node->safe_psql('postgres', q{SELECT sum(tries) FROM starts WHERE what = 'rename'});
+$n = workers_started($log_offset);
+cmp_ok($n, '<=', 8, "$tries ALTER DATABASE RENAME by a CREATEDB role in 5 s started $n workers");
+$node->safe_psql('postgres', 'ALTER ROLE mallory NOCREATEDB');
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_workers WHERE datname = 'malloryserved' AND state = 'sleeping'})
+  or die 'malloryserved not served again';
+pass('and its worker is back afterwards');
+
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET log_min_messages');
 $node->reload;
 
