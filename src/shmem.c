@@ -331,6 +331,25 @@ hl_take(HlDbSlot *slot, HlMessage *msg, bool *overflowed)
 	return found;
 }
 
+/*
+ * How many more messages the mailbox of database "dboid"'s worker has room
+ * for now (0 if no worker serves it).
+ */
+int
+hl_mailbox_room(Oid dboid)
+{
+	HlDbSlot   *slot = hl_slot_for(dboid);
+	int			room = 0;
+
+	if (slot == NULL)
+		return 0;
+	LWLockAcquire(slot->lock, LW_SHARED);
+	if (slot->dboid == dboid && !slot->overflowed)
+		room = hl_shared->queue_size - (int) (slot->head - slot->tail);
+	LWLockRelease(slot->lock);
+	return Max(room, 0);
+}
+
 /* Is the mailbox empty?  Caller holds the slot's lock. */
 bool
 hl_mailbox_empty(HlDbSlot *slot)

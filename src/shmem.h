@@ -206,6 +206,7 @@ extern HlDbSlot *hl_slot_for(Oid dboid);
 extern void hl_slot_reset(HlDbSlot *slot);
 extern void hl_post(Oid dboid, const HlMessage *msg);
 extern bool hl_take(HlDbSlot *slot, HlMessage *msg, bool *overflowed);
+extern int	hl_mailbox_room(Oid dboid);
 extern bool hl_mailbox_empty(HlDbSlot *slot);
 extern ConditionVariable *hl_wait_cv(text *name);
 extern ConditionVariable *hl_event_cv(Oid dboid);
