@@ -16,7 +16,8 @@
  *		  (owner, CREATEDB, template), so that nobody else can keep a
  *		  database's worker down -- and has the launcher start it again as
  *		  soon as the statement is over (the launcher waits for the worker
- *		  to be gone and the statement to be over, in whichever order);
+ *		  to be gone and the statement to be over, in whichever order, and
+ *		  starts a database's worker so at most once a second);
  *		- CREATE DATABASE: the new database may have the extension (from
  *		  its template).
  *

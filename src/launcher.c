@@ -25,7 +25,8 @@
  *		keeps the postmaster from starting it again, and starts a new one
  *		when the database wants one again: for a statement that needed the
  *		database alone, as soon as both the old worker and the statement
- *		are gone, in whichever order they go.
+ *		are gone, in whichever order they go, but at most once a second
+ *		(MIN_RESTART_MS).
  *
  *		Locking: slots are allocated and freed under hl_shared->lock, with
  *		the slot's own lock held too when its dboid changes (see shmem.h).
@@ -75,6 +76,10 @@ typedef struct KnownDatabase
 								 * template, no connections), or NULL */
 	char		why[96];		/* why it has no worker: "" if none failed */
 	bool		warned;			/* about "why" */
+	TimestampTz started_at;		/* when its last worker was started */
+	bool		held_back;		/* its worker was stopped for a statement
+								 * that needed it alone: the next one waits
+								 * for MIN_RESTART_MS after started_at */
 } KnownDatabase;
 
 static HTAB *known = NULL;
@@ -82,6 +87,16 @@ static BackgroundWorkerHandle **handles = NULL;
 
 /* How soon to try again when a database could not get a worker (ms) */
 #define RETRY_UNSERVED_MS	5000
+
+/*
+ * A worker stopped for a statement that needed its database alone is
+ * started again once the statement is over, whether it worked or not, but
+ * no sooner than this after the one before it was started (ms): without a
+ * bound, a database owner running such statements in a loop, each failing
+ * at once, would have the postmaster start hundreds of workers a second,
+ * taking their slots from everyone else's parallel queries.
+ */
+#define MIN_RESTART_MS	1000
 
 /* ---------------------------------------------------------------------
  * Registration (postmaster)
@@ -175,6 +190,8 @@ read_databases(void)
 			db->confirmed = false;
 			db->why[0] = '\0';
 			db->warned = false;
+			db->started_at = 0;
+			db->held_back = false;
 		}
 		db->seen = true;
 		strlcpy(db->name, NameStr(form->datname), NAMEDATALEN);
@@ -301,10 +318,13 @@ harvest_slots(const Oid *requested, int nrequested)
 		}
 		else if (stop == STOP_EXTENSION_DROPPED)
 			db->absent = (db->requested_at <= stop_at);
-		else if (stop == STOP_DATABASE_BUSY && busy_pid != 0 &&
-				 BackendPidGetProc(busy_pid) != NULL &&
-				 !requested_now(dboid, requested, nrequested))
-			continue;			/* the statement that needs it is running */
+		else if (stop == STOP_DATABASE_BUSY)
+		{
+			if (busy_pid != 0 && BackendPidGetProc(busy_pid) != NULL &&
+				!requested_now(dboid, requested, nrequested))
+				continue;		/* the statement that needs it is running */
+			db->held_back = true;
+		}
 		free_slot(i);
 	}
 }
@@ -404,20 +424,27 @@ start_worker(KnownDatabase *db)
 		return;
 	}
 	db->why[0] = '\0';
+	db->started_at = GetCurrentTimestamp();
+	db->held_back = false;
 }
 
 /*
  * Start a worker for every database that wants one and has none, and
  * publish those left without one (hoplock_workers).  Returns whether any
- * was.
+ * was; sets *next_start to when a database held back (MIN_RESTART_MS) may
+ * have its worker again (DT_NOEND if none waits).
  */
 static bool
-reconcile(Oid *requested, int nrequested, bool rescan_all)
+reconcile(Oid *requested, int nrequested, bool rescan_all,
+		  TimestampTz *next_start)
 {
 	HASH_SEQ_STATUS status;
 	KnownDatabase *db;
 	HlUnserved	unserved[HL_MAX_UNSERVED];
 	int			nunserved = 0;
+	TimestampTz now;
+
+	*next_start = DT_NOEND;
 
 	read_databases();
 	for (int i = 0; i < nrequested; i++)
@@ -432,6 +459,7 @@ reconcile(Oid *requested, int nrequested, bool rescan_all)
 	}
 	harvest_slots(requested, nrequested);
 
+	now = GetCurrentTimestamp();
 	hash_seq_init(&status, known);
 	while ((db = hash_seq_search(&status)) != NULL)
 	{
@@ -449,6 +477,13 @@ reconcile(Oid *requested, int nrequested, bool rescan_all)
 		if (!db->seen || !db->wanted || db->absent || has_slot(db->dboid))
 		{
 			db->why[0] = '\0';
+			continue;
+		}
+		if (db->held_back &&
+			now < db->started_at + MIN_RESTART_MS * 1000L)
+		{
+			*next_start = Min(*next_start,
+							  db->started_at + MIN_RESTART_MS * 1000L);
 			continue;
 		}
 		start_worker(db);
@@ -511,6 +546,8 @@ hoplock_launcher_main(Datum arg)
 		int			nrequested;
 		bool		rescan_all;
 		bool		any_unserved;
+		TimestampTz next_start;
+		long		timeout;
 
 		CHECK_FOR_INTERRUPTS();
 
@@ -535,12 +572,16 @@ hoplock_launcher_main(Datum arg)
 		 * went away are replaced.  Databases found without the extension
 		 * are only looked at again on request.
 		 */
-		any_unserved = reconcile(requested, nrequested, rescan_all);
+		any_unserved = reconcile(requested, nrequested, rescan_all,
+								 &next_start);
 
+		timeout = any_unserved ? Min(RETRY_UNSERVED_MS, hl_naptime * 1000L) :
+			hl_naptime * 1000L;
+		if (next_start != DT_NOEND)
+			timeout = Min(timeout, hl_ms_until(GetCurrentTimestamp(),
+											   next_start));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 any_unserved ? Min(RETRY_UNSERVED_MS, hl_naptime * 1000L) :
-						 hl_naptime * 1000L,
-						 PG_WAIT_EXTENSION);
+						 timeout, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }

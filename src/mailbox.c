@@ -11,9 +11,14 @@
  *		The deadlines wait in a list of this file's own, in
  *		TopTransactionContext, dropped with a subtransaction that aborts.
  *		Posting them at commit allocates nothing.  A transaction that began
- *		more than COALESCE_AT terms posts one message instead, asking the
- *		worker to read the table again: so one big transaction cannot fill
- *		the mailbox and crowd out the deadlines of everyone else's terms.
+ *		more than COALESCE_AT terms posts them too if the mailbox has room
+ *		for them and half of it left, and otherwise one message instead,
+ *		asking the worker to read the table again: so one big transaction
+ *		cannot fill the mailbox and crowd out the deadlines of everyone
+ *		else's terms, and the worker's work stays proportional to the terms
+ *		begun (reading the table costs it every row, and a stream of
+ *		transactions each asking for that would cost it far more than they
+ *		cost their role).
  *
  *-------------------------------------------------------------------------
  */
@@ -37,7 +42,10 @@ typedef struct PendingDeadline
 /* Newest first, in TopTransactionContext */
 static PendingDeadline *pending = NULL;
 
-/* More deadlines than this in one transaction: one "read again" instead */
+/*
+ * More deadlines than this in one transaction: one "read again" instead,
+ * unless the mailbox has room for them and still half of it free
+ */
 #define COALESCE_AT		64
 
 static void
@@ -94,7 +102,9 @@ xact_callback(XactEvent event, void *arg)
 
 				for (PendingDeadline *item = pending; item != NULL; item = item->next)
 					n++;
-				if (n <= COALESCE_AT)
+				if (n <= COALESCE_AT ||
+					n <= hl_mailbox_room(MyDatabaseId) -
+					hl_shared->queue_size / 2)
 				{
 					for (PendingDeadline *item = pending; item != NULL; item = item->next)
 						hl_post(MyDatabaseId, &item->msg);

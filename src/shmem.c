@@ -399,6 +399,25 @@ hl_take(HlDbSlot *slot, HlMessage *msg, bool *overflowed)
 	return found;
 }
 
+/*
+ * How many more messages the mailbox of database "dboid"'s worker has room
+ * for now (0 if no worker serves it).
+ */
+int
+hl_mailbox_room(Oid dboid)
+{
+	HlDbSlot   *slot = hl_slot_for(dboid);
+	int			room = 0;
+
+	if (slot == NULL)
+		return 0;
+	LWLockAcquire(slot->lock, LW_SHARED);
+	if (slot->dboid == dboid && !slot->overflowed)
+		room = hl_shared->queue_size - (int) (slot->head - slot->tail);
+	LWLockRelease(slot->lock);
+	return Max(room, 0);
+}
+
 /* Is the mailbox empty?  Caller holds the slot's lock. */
 bool
 hl_mailbox_empty(HlDbSlot *slot)
@@ -634,19 +653,34 @@ hl_wake_event_readers(Oid dboid)
 	hl_wake_waiters(&key);
 }
 
-/* Wake the launcher, asking it to look at database "dboid" (or all). */
+/*
+ * Wake the launcher, asking it to look at database "dboid".  A database is
+ * asked for once however many ask before the launcher looks.  A request
+ * that finds the list full is dropped (the launcher is still woken), never
+ * turned into a look into every database, which any role able to ask could
+ * then repeat at will: what it asked for comes anyway -- a database just
+ * created is new to the launcher, a worker stopped for a statement is
+ * started again when its slot is harvested, and a database that uses
+ * hoplock without a worker asks again as its sessions go on calling it
+ * (hl_count_by).
+ */
 void
 hl_wake_launcher(Oid dboid)
 {
 	Latch	   *latch;
+	bool		found = false;
 
 	if (hl_shared == NULL)
 		return;
 	LWLockAcquire(hl_shared->lock, LW_EXCLUSIVE);
-	if (OidIsValid(dboid) && hl_shared->nrequests < HL_MAX_REQUESTS)
+	for (int i = 0; i < hl_shared->nrequests; i++)
+	{
+		if (hl_shared->requests[i] == dboid)
+			found = true;
+	}
+	if (OidIsValid(dboid) && !found &&
+		hl_shared->nrequests < HL_MAX_REQUESTS)
 		hl_shared->requests[hl_shared->nrequests++] = dboid;
-	else
-		hl_shared->rescan_all = true;
 	latch = hl_shared->launcher_latch;
 	LWLockRelease(hl_shared->lock);
 	if (latch != NULL)

@@ -225,6 +225,7 @@ extern HlDbSlot *hl_slot_for(Oid dboid);
 extern void hl_slot_reset(HlDbSlot *slot);
 extern void hl_post(Oid dboid, const HlMessage *msg);
 extern bool hl_take(HlDbSlot *slot, HlMessage *msg, bool *overflowed);
+extern int	hl_mailbox_room(Oid dboid);
 extern bool hl_mailbox_empty(HlDbSlot *slot);
 extern void hl_wait_key(text *name, HlWaitKey *key);
 extern ConditionVariable *hl_wait_register(const HlWaitKey *key);

@@ -16,12 +16,20 @@
  *		past it.  Renewals that move it later post nothing; the worker finds
  *		out when it looks.  The table is read again -- at start (which also
  *		announces terms that lapsed while the server was down), when the
- *		mailbox overflowed, and when the schedule reaches its horizon -- in
- *		passes of SCAN_BATCH rows per round, in name order, between which
- *		the worker goes on announcing what is due: the work of a round is
- *		bounded, and a pass in progress absorbs every overflow that happens
- *		meanwhile (one more pass follows it).  No index on expires_at is
- *		needed, so renewals stay HOT.
+ *		mailbox overflowed or a transaction began more terms than it had
+ *		room for, and when the schedule reaches its horizon -- in passes of
+ *		SCAN_BATCH rows per round, in name order, between which the worker
+ *		goes on announcing what is due: the work of a round is bounded, and
+ *		a pass in progress absorbs every overflow that happens meanwhile
+ *		(one more pass follows it).  No index on expires_at is needed, so
+ *		renewals stay HOT.
+ *
+ *		A pass costs the worker the whole table, whatever the transaction
+ *		that asked for it cost its role: a pass that messages ask for (an
+ *		overflow, a "read again") begins no sooner than PASS_PAUSE_FACTOR
+ *		times the time the last pass took after that one ended, so that
+ *		passes take at most a fraction of the worker's time, however often
+ *		they are asked for.
  *
  *		The mailbox is read before each round's snapshot is taken: a
  *		message is posted after its transaction committed, so the round
@@ -102,6 +110,12 @@
  */
 #define BUSY_RETRY_US	(20 * 1000)
 
+/*
+ * A pass that messages ask for waits, after the end of the last one, this
+ * many times the time that one spent reading
+ */
+#define PASS_PAUSE_FACTOR	9
+
 /* Pause after an error: doubles from this up to hoplock.naptime */
 #define ERROR_PAUSE_MIN_MS	1000
 #define ERROR_PAUSE_MAX_S	10		/* and hoplock.naptime at most */
@@ -160,6 +174,10 @@ static TimestampTz next_event_prune = 0;
 
 /* Reading the table again */
 static bool pass_wanted = true; /* start one at the next round */
+static bool pass_asked = false; /* a message asked for one: start it at
+								 * pass_not_before */
+static TimestampTz pass_not_before = 0;
+static int64 pass_spent = 0;	/* microseconds the pass spent reading */
 static bool in_pass = false;
 static text *pass_after = NULL; /* last name read, in TopMemoryContext */
 
@@ -537,7 +555,7 @@ read_mailbox(HlMessage **msgs)
 		(*msgs)[n++] = msg;
 	}
 	if (overflowed)
-		pass_wanted = true;
+		pass_asked = true;
 	return n;
 }
 
@@ -559,7 +577,7 @@ apply_messages(HlMessage *msgs, int n)
 				break;
 			case HL_MSG_READ_AGAIN:
 				/* read before taking the round's snapshot: the pass sees them */
-				pass_wanted = true;
+				pass_asked = true;
 				break;
 		}
 	}
@@ -806,17 +824,29 @@ announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
 	int			n = 0;
 	bool		more;
 
-	if (!in_pass && (pass_wanted || horizon_reached(GetCurrentTimestamp())))
+	now = GetCurrentTimestamp();
+	if (!in_pass &&
+		(pass_wanted || (pass_asked && now >= pass_not_before) ||
+		 horizon_reached(now)))
 	{
 		in_pass = true;
-		pass_wanted = false;
+		pass_wanted = pass_asked = false;
+		pass_spent = 0;
 		if (pass_after != NULL)
 			pfree(pass_after);
 		pass_after = NULL;
 		hl_schedule_reopen(schedule);
 	}
 	if (in_pass)
+	{
+		TimestampTz start = now;
+
 		pass_round();
+		now = GetCurrentTimestamp();
+		pass_spent += now - start;
+		if (!in_pass)
+			pass_not_before = now + PASS_PAUSE_FACTOR * pass_spent;
+	}
 
 	set_state(WORKER_ANNOUNCING);
 	now = GetCurrentTimestamp();
@@ -827,7 +857,8 @@ announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
 		look_at(name, namelen, announced, lag);
 		n++;
 	}
-	more = (n == BATCH) || in_pass || pass_wanted;
+	more = (n == BATCH) || in_pass || pass_wanted ||
+		(pass_asked && now >= pass_not_before);
 	if (hash_get_num_entries(session_ends) > 0)
 		*next_session = end_sessions();
 	return more;
@@ -984,6 +1015,8 @@ sleep_until_due(TimestampTz next_session)
 		if (has_next)
 			wake = Min(wake, next);
 		wake = Min(wake, hl_schedule_horizon(schedule));
+		if (pass_asked)
+			wake = Min(wake, pass_not_before);
 		wake = Min(wake, next_session);
 		wake = Min(wake, next_sweep);
 		wake = Min(wake, next_trim);

@@ -273,8 +273,140 @@ sleep 2;
 my @started = (slurp_file($node->logfile, $log_offset) =~ /starting background worker process "hoplock worker/g);
 cmp_ok(scalar @started, '<=', 1,
 	'200 ALTER DATABASE by a database owner start no stream of workers');
+
+# Statements that need the database alone stop its worker, which is started
+# again once the statement is over, whether it worked or not.  A database
+# owner running a stream of them, each failing at once, must not make the
+# launcher start a stream of workers: for its own database no more than one
+# a second, and no worker anywhere else to look into every database again.
+$node->safe_psql('postgres', q{
+	CREATE DATABASE malloryserved OWNER mallory;
+	CREATE TABLE starts (what text, tries int);
+	GRANT INSERT ON starts TO mallory;
+	CREATE PROCEDURE alone_loop(what text, stmt text, seconds float) LANGUAGE plpgsql AS $$
+	DECLARE
+		tries int := 0;
+		stop timestamptz := clock_timestamp() + seconds * interval '1 s';
+	BEGIN
+		WHILE clock_timestamp() < stop LOOP
+			BEGIN
+				EXECUTE stmt;
+			EXCEPTION WHEN OTHERS THEN
+				NULL;
+			END;
+			tries := tries + 1;
+		END LOOP;
+		INSERT INTO starts VALUES (what, tries);
+	END $$;
+	GRANT EXECUTE ON PROCEDURE alone_loop(text, text, float) TO mallory;
+});
+$node->safe_psql('malloryserved', 'CREATE EXTENSION hoplock');
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_workers WHERE datname = 'malloryserved' AND state = 'sleeping'})
+  or die 'malloryserved not served';
+sleep 1;
+
+# the hoplock workers the postmaster started since log offset $from
+sub workers_started
+{
+	my ($from) = @_;
+	my @s = (slurp_file($node->logfile, $from) =~ /starting background worker process "hoplock worker/g);
+	return scalar @s;
+}
+
+# 4 sessions of a failing ALTER DATABASE ... SET TABLESPACE, for 3 s
+$log_offset = -s $node->logfile;
+my @movers = map { $node->background_psql('postgres', extra_params => [ '-U', 'mallory' ]) } 1 .. 4;
+$_->query_until(qr/started/, "\\echo started\nCALL alone_loop('move', 'ALTER DATABASE malloryserved SET TABLESPACE pg_default', 3);\n")
+  foreach @movers;
+$_->quit foreach @movers;
+my $tries = $node->safe_psql('postgres', q{SELECT sum(tries) FROM starts WHERE what = 'move'});
+my $n = workers_started($log_offset);
+cmp_ok($n, '<=', 6,
+	"$tries failing ALTER DATABASE SET TABLESPACE in 4 sessions for 3 s started $n workers");
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_workers WHERE datname = 'malloryserved' AND state = 'sleeping'})
+  or die 'malloryserved not served again';
+pass('and its worker is back afterwards');
+
+# a CREATEDB role renaming its database to its own name, for 5 s
+$node->safe_psql('postgres', 'ALTER ROLE mallory CREATEDB');
+$log_offset = -s $node->logfile;
+$node->safe_psql('postgres',
+	q{CALL alone_loop('rename', 'ALTER DATABASE malloryserved RENAME TO malloryserved', 5)},
+	extra_params => [ '-U', 'mallory' ]);
+$tries = $node->safe_psql('postgres', q{SELECT sum(tries) FROM starts WHERE what = 'rename'});
+$n = workers_started($log_offset);
+cmp_ok($n, '<=', 8, "$tries ALTER DATABASE RENAME by a CREATEDB role in 5 s started $n workers");
+$node->safe_psql('postgres', 'ALTER ROLE mallory NOCREATEDB');
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_workers WHERE datname = 'malloryserved' AND state = 'sleeping'})
+  or die 'malloryserved not served again';
+pass('and its worker is back afterwards');
+
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET log_min_messages');
 $node->reload;
+
+# --- Many names kept, and a stream of transactions beginning many terms ---------
+# Names released are kept for hoplock.released_retention, against no quota.
+# With 200,000 of them, a role that begins 65 terms in one transaction every
+# 50 ms must not make the worker read the whole table each time: the
+# worker's CPU stays within a small multiple of what the role spends, and
+# what its housekeeping costs anyway every 10 s (reading the names kept for
+# forgetting, trimming the history: 0.6 s allowed).
+$node->safe_psql('postgres', q{
+	CREATE PROCEDURE names_kept(n int) LANGUAGE plpgsql AS $$
+	BEGIN
+		FOR b IN 0 .. n / 1000 - 1 LOOP
+			PERFORM hoplock_acquire('kept-' || i, 'm', '1 h')
+			  FROM generate_series(b * 1000 + 1, b * 1000 + 1000) AS i;
+			PERFORM hoplock_release('kept-' || i, 'm')
+			  FROM generate_series(b * 1000 + 1, b * 1000 + 1000) AS i;
+			COMMIT;
+		END LOOP;
+	END $$;
+	CREATE PROCEDURE many_terms(seconds float) LANGUAGE plpgsql AS $$
+	DECLARE
+		stop timestamptz := clock_timestamp() + seconds * interval '1 s';
+	BEGIN
+		WHILE clock_timestamp() < stop LOOP
+			PERFORM hoplock_acquire('many-' || i, 'm', '1 h') FROM generate_series(1, 65) AS i;
+			PERFORM hoplock_release('many-' || i, 'm') FROM generate_series(1, 65) AS i;
+			COMMIT;
+			PERFORM pg_sleep(0.05);
+		END LOOP;
+	END $$;
+	GRANT EXECUTE ON PROCEDURE names_kept(int), many_terms(float) TO mallory;
+});
+$node->safe_psql('postgres', 'CALL names_kept(200000)', extra_params => [ '-U', 'mallory' ]);
+$node->safe_psql('postgres', 'VACUUM hoplock_internal.lease');
+# what the names cost the worker (their events, the reading they asked for)
+# is done once it has three quiet seconds in a row
+$wpid = $node->safe_psql('postgres', q{SELECT pid FROM hoplock_workers WHERE datname = 'postgres'});
+my $quiet = 0;
+for (1 .. 60)
+{
+	my $t = cpu_ticks($wpid);
+	sleep 1;
+	$quiet = cpu_ticks($wpid) - $t <= 2 ? $quiet + 1 : 0;
+	last if $quiet == 3;
+}
+my $many = $node->background_psql('postgres', extra_params => [ '-U', 'mallory' ]);
+my $apid = $many->query_safe('SELECT pg_backend_pid()');
+$many->query_until(qr/started/, "\\echo started\nCALL many_terms(11);\n");
+sleep 1;
+my ($w0, $a0) = (cpu_ticks($wpid), cpu_ticks($apid));
+sleep 9;
+my ($w1, $a1) = (cpu_ticks($wpid), cpu_ticks($apid));
+$many->quit;
+my ($wused, $aused) = ($w1 - $w0, $a1 - $a0);
+cmp_ok($wused, '<=', 3 * $aused + 60,
+	"65 terms every 50 ms with 200,000 names kept: the worker used $wused CPU ticks in 9 s, the role $aused");
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('after-many', 'p', '200 ms')});
+$node->poll_query_until('postgres',
+	q{SELECT state = 'x' FROM hoplock_internal.lease WHERE name = 'after-many'})
+  or die 'not announced';
+pass('and it still announces expiries');
 
 $node->stop;
 
