@@ -300,7 +300,7 @@ $node->safe_psql('postgres', q{
 	END $$;
 	GRANT EXECUTE ON PROCEDURE alone_loop(text, text, float) TO mallory;
 });
-$node->safe_psql('malloryserved', 'CREATE EXTENSION hoplock');
+$node->safe_psql('malloryserved', 'CREATE SCHEMA hoplock; CREATE EXTENSION hoplock SCHEMA hoplock');
 $node->poll_query_until('postgres',
 	q{SELECT count(*) = 1 FROM hoplock_workers WHERE datname = 'malloryserved' AND state = 'sleeping'})
   or die 'malloryserved not served';
