@@ -1,5 +1,6 @@
 # The README, run: every SQL block, as pasted, top to bottom, in a fresh
-# database (each block by psql, stopping at the first error; a block with
+# database (the installation for each database in one more; each block by
+# psql, stopping at the first error; a block with
 # \watch runs until a timeout), with the outputs the README promises; then
 # the recipes that need several sessions, with real ones: a handover to a
 # waiting follower within milliseconds, a successor that learns of its term
@@ -37,8 +38,16 @@ for my $i (0 .. $#blocks)
 {
 	my $sql = $blocks[$i];
 	my ($stdout, $stderr) = ('', '');
+	# the installation, "in each database", goes into a database of its own
+	# (the quick start before it installed hoplock in this one)
+	my $db = 'readme';
+	if ($sql =~ /\A-- in each database/)
+	{
+		$db = 'readme_install_' . ($i + 1);
+		$node->safe_psql('postgres', "CREATE DATABASE $db");
+	}
 	my @cmd = ('psql', '-X', '-q', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
-		'-h', $node->host, '-p', $node->port, '-d', 'readme');
+		'-h', $node->host, '-p', $node->port, '-d', $db);
 	if ($sql =~ /\\watch/)
 	{
 		# psql repeats it until stopped: let it run three rounds
