@@ -148,7 +148,7 @@ for my $w (@waiters)
 SKIP:
 {
 	skip 'CREATE DATABASE ... OID needs PostgreSQL 15', 5
-	  if $node->pg_version < 15;
+	  if $node->safe_psql('postgres', 'SHOW server_version_num') < 150000;
 
 	# a database whose OID is the same as postgres's modulo 64
 	my $pgoid = $node->safe_psql('postgres',

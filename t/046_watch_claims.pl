@@ -37,7 +37,8 @@ $node->start;
 $node->safe_psql('postgres', q{CREATE DATABASE tpl});
 $node->safe_psql('tpl', q{CREATE SCHEMA hoplock; CREATE EXTENSION hoplock SCHEMA hoplock});
 
-my $strategy = $node->pg_version >= 15 ? 'STRATEGY FILE_COPY' : '';
+my $strategy = $node->safe_psql('postgres', 'SHOW server_version_num') >= 150000
+  ? 'STRATEGY FILE_COPY' : '';
 for my $i (1 .. 256)
 {
 	$node->safe_psql('postgres', "CREATE DATABASE gone$i TEMPLATE tpl $strategy");
