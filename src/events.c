@@ -322,7 +322,7 @@ event_db(bool claim)
 static int64
 next_seq(void)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now;
 	int32		tag;
 	int64		floor;
 	int64		c;
@@ -347,7 +347,7 @@ next_seq(void)
 		tag = xact_branch_tag;
 		floor = xact_branch_floor;
 	}
-	else if (!hl_branch_tag(now, &tag, &floor, &busy))
+	else if (!hl_branch_tag(GetCurrentTimestamp(), &tag, &floor, &busy))
 		hl_table_busy_error(HL_REL_BRANCH);
 	for (;;)
 	{

@@ -36,7 +36,6 @@
 #include "shmem.h"
 
 #include "access/twophase.h"
-#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/autovacuum.h"
@@ -195,7 +194,6 @@ shmem_startup(void)
 			ereport(FATAL,
 					(errcode(ERRCODE_INTERNAL_ERROR),
 					 errmsg("could not generate a random secret for hoplock")));
-		memcpy(&hl_shared->seed, hl_shared->secret, sizeof(uint64));
 		for (int i = 0; i < HL_WAIT_PARTITIONS; i++)
 			hl_shared->wait_locks[i] = &locks[wait_locks_base() + i].lock;
 		hl_shared->nslots = hl_max_databases;

@@ -205,7 +205,6 @@ typedef struct HlShared
 	uint8		secret[HL_SECRET_BYTES];	/* random, new at every start of
 											 * shared memory: keys the
 											 * choice of condition variables */
-	uint64		seed;			/* from the secret, for hash_bytes_extended */
 	LWLock	   *wait_locks[HL_WAIT_PARTITIONS];
 	HlDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } HlShared;
