@@ -75,7 +75,7 @@ CREATE EXTENSION hoplock SCHEMA si_open;
 SELECT count(*) AS installed FROM pg_extension WHERE extname = 'hoplock';
 DROP SCHEMA si_owned, si_open;
 -- (Below, hoplock goes into public with the planter's CREATE revoked for
--- the moment, its objects planted beforehand left in place.)
+-- the moment.)
 
 --------------------------------------------------------------------------
 -- A schema hoplock_internal that exists already -- here made by a role
@@ -116,32 +116,35 @@ GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 DROP SCHEMA hoplock_internal;
 
 --------------------------------------------------------------------------
--- An object with the name and argument types of one of hoplock's, made
--- beforehand in the schema hoplock is created in, makes CREATE EXTENSION
--- fail too: the script never replaces or adopts an object it did not make.
+-- An object another role made beforehand in the schema hoplock is created
+-- in makes CREATE EXTENSION fail (42501) even when that role may no longer
+-- create there: whoever takes a schema over must look at what is in it.
 SET ROLE regress_hoplock_planter;
 CREATE FUNCTION public.hoplock_holder(name text) RETURNS text
 LANGUAGE sql AS $$SELECT 'planted'$$;
 RESET ROLE;
+REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
+CREATE EXTENSION hoplock;
+GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
+-- The same object owned by a superuser, and one with the name of
+-- hoplock's type, make it fail too (42723, 42710): the script never
+-- replaces or adopts an object it did not make.
+ALTER FUNCTION public.hoplock_holder(text) OWNER TO CURRENT_USER;
 \set VERBOSITY terse
 REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
 CREATE EXTENSION hoplock;
 GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
-SET ROLE regress_hoplock_planter;
 DROP FUNCTION public.hoplock_holder(text);
 CREATE TYPE public.hoplock_lease AS (name text, owner text, generation bigint);
-RESET ROLE;
 \set VERBOSITY terse
 REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
 CREATE EXTENSION hoplock;
 GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
-SET ROLE regress_hoplock_planter;
 DROP TYPE public.hoplock_lease;
-RESET ROLE;
 SELECT count(*) AS installed FROM pg_extension WHERE extname = 'hoplock';
 
 --------------------------------------------------------------------------
@@ -237,11 +240,62 @@ SELECT what FROM public.captured;
 TRUNCATE public.captured;
 
 --------------------------------------------------------------------------
--- CREATE EXTENSION with all of that in place (into public, the schema the
--- planter may create in) succeeds, binds nothing planted, and calls none
--- of it.
+-- CREATE EXTENSION into public, with the planter's CREATE revoked but its
+-- objects in place, is refused (42501).
 REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
+\set VERBOSITY terse
 CREATE EXTENSION hoplock;
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+
+-- With the objects in public given to a superuser (as if it had made
+-- them), it succeeds, binds nothing planted, and calls none of it; the
+-- objects in pg_temp stay the planter's.  They go back afterwards.
+CREATE TABLE si_given (kind pg_catalog.text, object pg_catalog.oid);
+INSERT INTO si_given
+SELECT 'FUNCTION', p.oid
+  FROM pg_catalog.pg_proc AS p
+ WHERE p.pronamespace OPERATOR(pg_catalog.=) 'public'::regnamespace
+   AND p.proowner OPERATOR(pg_catalog.=) 'regress_hoplock_planter'::regrole
+UNION ALL
+SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,
+       c.oid
+  FROM pg_catalog.pg_class AS c
+ WHERE c.relnamespace OPERATOR(pg_catalog.=) 'public'::regnamespace
+   AND c.relowner OPERATOR(pg_catalog.=) 'regress_hoplock_planter'::regrole
+   AND c.relkind::pg_catalog.text OPERATOR(pg_catalog.=) ANY ('{r,S}')
+UNION ALL
+SELECT 'DOMAIN', t.oid
+  FROM pg_catalog.pg_type AS t
+ WHERE t.typnamespace OPERATOR(pg_catalog.=) 'public'::regnamespace
+   AND t.typowner OPERATOR(pg_catalog.=) 'regress_hoplock_planter'::regrole
+   AND t.typtype::pg_catalog.text OPERATOR(pg_catalog.=) 'd'
+UNION ALL
+SELECT 'OPERATOR', o.oid
+  FROM pg_catalog.pg_operator AS o
+ WHERE o.oprnamespace OPERATOR(pg_catalog.=) 'public'::regnamespace
+   AND o.oprowner OPERATOR(pg_catalog.=) 'regress_hoplock_planter'::regrole;
+CREATE FUNCTION give_public_objects(to_role regrole) RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    FOR r IN SELECT kind, CASE kind
+                              WHEN 'FUNCTION' THEN object::regprocedure::text
+                              WHEN 'OPERATOR' THEN object::regoperator::text
+                              WHEN 'DOMAIN' THEN object::regtype::text
+                              ELSE object::regclass::text
+                          END AS object
+               FROM public.si_given LOOP
+        EXECUTE format('ALTER %s %s OWNER TO %s', r.kind, r.object, to_role);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$;
+SELECT give_public_objects(current_user::regrole) AS given;
+CREATE EXTENSION hoplock;
+SELECT give_public_objects('regress_hoplock_planter') AS given_back;
 GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
 SELECT * FROM foreign_references();
 SELECT count(*) AS planted_uses FROM public.captured;
@@ -324,11 +378,14 @@ SELECT id, gen_label('si-planted', generation) AS generation FROM si_work;
 -- everything planted still in place.
 DROP TABLE si_work;
 DROP FUNCTION show(hoplock_lease);
+-- (1.0.0's script has no check; the update's warns, naming the schema.)
 DROP EXTENSION hoplock;
 REVOKE CREATE ON SCHEMA public FROM regress_hoplock_planter;
 CREATE EXTENSION hoplock VERSION '1.0.0';
 GRANT CREATE ON SCHEMA public TO regress_hoplock_planter;
+\set VERBOSITY terse
 ALTER EXTENSION hoplock UPDATE;
+\set VERBOSITY default
 SELECT extversion FROM pg_extension WHERE extname = 'hoplock';
 SELECT * FROM foreign_references();
 SELECT count(*) AS planted_uses FROM public.captured;
@@ -679,7 +736,8 @@ RESET ROLE;
 -- Clean up: the planter's objects go with DROP OWNED, which fails if
 -- anything of hoplock's depends on one of them.
 SELECT hoplock_force_release('si-term');
-DROP FUNCTION foreign_references(), state_digest();
+DROP FUNCTION foreign_references(), state_digest(), give_public_objects(regrole);
+DROP TABLE si_given;
 DROP OWNED BY regress_hoplock_planter;
 DROP OWNED BY regress_hoplock_leader;
 DROP OWNED BY regress_hoplock_intruder;
