@@ -3,6 +3,7 @@
 MODULE_big = hoplock
 OBJS = \
 	src/args.o \
+	src/bound.o \
 	src/branch.o \
 	src/dbhooks.o \
 	src/delivery.o \
@@ -29,6 +30,7 @@ OBJS = \
 	src/table.o \
 	src/termlock.o \
 	src/wait.o \
+	src/wakeup.o \
 	src/worker.o
 
 EXTENSION = hoplock
@@ -95,9 +97,13 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# Every object depends on the shared headers (PGXS tracks no header
-# dependencies unless the server was configured with --enable-depend).
-$(OBJS): src/hoplock.h src/compat.h src/schedule.h src/shmem.h src/branch.h src/eventlog.h
+# Each object depends on the headers it includes, as the compiler lists
+# them in src/x.o.d (PGXS tracks none unless the server was configured
+# with --enable-depend).
+src/%.o: src/%.c
+	$(COMPILE.c) -MMD -MP -MF $@.d -o $@ $<
+EXTRA_CLEAN += $(OBJS:.o=.o.d)
+-include $(OBJS:.o=.o.d)
 
 # The suites one by one, so that scripts/test can run them all and count.
 .PHONY: check-regress check-isolation check-tap test test-matrix test-valgrind demo bench bench-quick dist torture torture-forks

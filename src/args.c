@@ -12,8 +12,10 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
+#include "args.h"
 #include "compat.h"
+#include "hoplock.h"
+#include "settings.h"
 
 #include "catalog/namespace.h"
 #include "common/int.h"

@@ -43,11 +43,12 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
-#include "compat.h"
 #include "branch.h"
+#include "compat.h"
 #include "eventlog.h"
+#include "hoplock.h"
 #include "shmem.h"
+#include "storage.h"
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -114,10 +115,9 @@ static struct
 }			cache;
 
 static bool callback_registered = false;
-static ExecutorEnd_hook_type prev_executor_end = NULL;
 
 static void
-invalidate(Datum arg, Oid relid)
+branch_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == cache.relid)
 		cache.valid = false;
@@ -383,7 +383,7 @@ current_branch(TimestampTz now, Branch *branch, bool *busy)
 	*busy = false;
 	if (!callback_registered)
 	{
-		CacheRegisterRelcacheCallback(invalidate, (Datum) 0);
+		CacheRegisterRelcacheCallback(branch_invalidate, (Datum) 0);
 		callback_registered = true;
 	}
 	if (cache.valid && branch_is_current(&cache.branch))
@@ -705,52 +705,6 @@ hl_branch_is_event_log(Oid relid)
 	if (name != NULL)
 		pfree(name);
 	return result;
-}
-
-/*
- * ExecutorEnd: a statement that wrote one of hoplock's tables (an EXPLAIN
- * without ANALYZE ran nothing)
- */
-static void
-executor_end(QueryDesc *queryDesc)
-{
-	bool		wrote = false;
-	bool		removed_events = false;
-	ListCell   *lc;
-
-	if (queryDesc->plannedstmt != NULL && IsTransactionState() &&
-		queryDesc->estate != NULL &&
-		(queryDesc->estate->es_top_eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0)
-	{
-		foreach(lc, queryDesc->plannedstmt->resultRelations)
-		{
-			RangeTblEntry *rte = rt_fetch(lfirst_int(lc),
-										  queryDesc->plannedstmt->rtable);
-
-			if (hl_branch_is_hoplock_table(rte->relid))
-			{
-				wrote = true;
-				if (queryDesc->operation != CMD_INSERT &&
-					hl_branch_is_event_log(rte->relid))
-					removed_events = true;
-			}
-		}
-	}
-	if (prev_executor_end)
-		prev_executor_end(queryDesc);
-	else
-		standard_ExecutorEnd(queryDesc);
-	if (wrote)
-		hl_branch_note_sql_write();
-	if (removed_events)
-		hl_delivery_note_removal();
-}
-
-void
-hl_branch_init(void)
-{
-	prev_executor_end = ExecutorEnd_hook;
-	ExecutorEnd_hook = executor_end;
 }
 
 /*

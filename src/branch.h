@@ -47,6 +47,5 @@ extern bool hl_branch_value_in_history(int64 value);
 extern void hl_branch_note_sql_write(void);
 extern bool hl_branch_is_hoplock_table(Oid relid);
 extern bool hl_branch_is_event_log(Oid relid);
-extern void hl_branch_init(void);
 
 #endif							/* HOPLOCK_BRANCH_H */

@@ -19,7 +19,12 @@
  *		  to be gone and the statement to be over, in whichever order, and
  *		  starts a database's worker so at most once a second);
  *		- CREATE DATABASE: the new database may have the extension (from
- *		  its template).
+ *		  its template);
+ *		- an SQL statement that wrote one of hoplock's tables (ExecutorEnd
+ *		  hook; COPY and TRUNCATE through the ProcessUtility hook): the
+ *		  next value minted begins a branch above the data (branch.c), and
+ *		  rows removed from the event log are recorded as dropped
+ *		  (delivery.c).
  *
  *		The first two are this file's own end-of-transaction work, decided
  *		by whether the extension is there when the transaction commits
@@ -31,11 +36,12 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
-#include "compat.h"
 #include "branch.h"
-#include "eventlog.h"
+#include "compat.h"
+#include "delivery.h"
+#include "hoplock.h"
 #include "shmem.h"
+#include "workers.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
@@ -48,14 +54,17 @@
 #include "commands/defrem.h"
 #include "commands/extension.h"
 #include "datatype/timestamp.h"
+#include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "parser/parsetree.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/syscache.h"
 
 static object_access_hook_type prev_object_access_hook = NULL;
 static ProcessUtility_hook_type prev_utility_hook = NULL;
+static ExecutorEnd_hook_type prev_executor_end = NULL;
 
 /* End-of-transaction work */
 static bool wake_at_commit = false; /* CREATE EXTENSION */
@@ -371,7 +380,7 @@ utility(HL_UTILITY_ARGS)
 }
 
 static void
-xact_callback(XactEvent event, void *arg)
+dbhooks_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
@@ -423,12 +432,53 @@ xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/*
+ * ExecutorEnd: a statement that wrote one of hoplock's tables (an EXPLAIN
+ * without ANALYZE ran nothing)
+ */
+static void
+executor_end(QueryDesc *queryDesc)
+{
+	bool		wrote = false;
+	bool		removed_events = false;
+	ListCell   *lc;
+
+	if (queryDesc->plannedstmt != NULL && IsTransactionState() &&
+		queryDesc->estate != NULL &&
+		(queryDesc->estate->es_top_eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0)
+	{
+		foreach(lc, queryDesc->plannedstmt->resultRelations)
+		{
+			RangeTblEntry *rte = rt_fetch(lfirst_int(lc),
+										  queryDesc->plannedstmt->rtable);
+
+			if (hl_branch_is_hoplock_table(rte->relid))
+			{
+				wrote = true;
+				if (queryDesc->operation != CMD_INSERT &&
+					hl_branch_is_event_log(rte->relid))
+					removed_events = true;
+			}
+		}
+	}
+	if (prev_executor_end)
+		prev_executor_end(queryDesc);
+	else
+		standard_ExecutorEnd(queryDesc);
+	if (wrote)
+		hl_branch_note_sql_write();
+	if (removed_events)
+		hl_delivery_note_removal();
+}
+
 void
 hl_install_hooks(void)
 {
+	prev_executor_end = ExecutorEnd_hook;
+	ExecutorEnd_hook = executor_end;
 	prev_object_access_hook = object_access_hook;
 	object_access_hook = object_access;
 	prev_utility_hook = ProcessUtility_hook;
 	ProcessUtility_hook = utility;
-	RegisterXactCallback(xact_callback, NULL);
+	RegisterXactCallback(dbhooks_xact_callback, NULL);
 }

@@ -33,11 +33,14 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
-#include "compat.h"
 #include "branch.h"
+#include "compat.h"
+#include "delivery.h"
 #include "eventlog.h"
+#include "events.h"
+#include "settings.h"
 #include "shmem.h"
+#include "storage.h"
 
 #include "access/xact.h"
 #include "commands/async.h"

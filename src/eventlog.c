@@ -23,9 +23,9 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
-#include "compat.h"
 #include "eventlog.h"
+#include "executor_compat.h"
+#include "storage.h"
 
 #include "access/genam.h"
 #include "access/heapam.h"

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * eventlog.h
- *		The event log (eventlog.c), its readers (stream.c) and its
- *		delivery as NOTIFY by the worker (delivery.c).
+ *		The event log and the delivery row, read and written below SQL
+ *		(eventlog.c), for their readers (stream.c) and the worker's
+ *		delivery of events as NOTIFY (delivery.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -11,6 +12,7 @@
 
 #include "hoplock.h"
 
+#include "storage/itemptr.h"
 #include "utils/snapshot.h"
 
 /* One event of the log */
@@ -57,23 +59,5 @@ extern void hl_delivery_read(Snapshot snapshot, HlDelivery *d);
 extern void hl_delivery_write(HlDelivery *d);
 extern int64 hl_eventlog_prune(int64 through, TimestampTz older_than,
 							   int limit, int64 *pruned_through);
-
-/* events.c: the payload of an event's NOTIFY */
-extern char *hl_event_payload(const char *event, const char *name,
-							  const char *owner, int64 generation,
-							  TimestampTz expires_at, int64 seq);
-
-/* delivery.c: the worker's part */
-typedef enum HlDeliveryResult
-{
-	HL_DELIVERY_DONE,			/* sent all there was */
-	HL_DELIVERY_MORE,			/* a full batch: there may be more */
-	HL_DELIVERY_PAUSED,			/* the NOTIFY queue is too full */
-	HL_DELIVERY_BUSY			/* maintenance holds a table */
-} HlDeliveryResult;
-
-extern HlDeliveryResult hl_deliver(void);
-extern bool hl_prune_events(void);
-extern void hl_delivery_note_removal(void);
 
 #endif							/* HOPLOCK_EVENTLOG_H */

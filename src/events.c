@@ -45,11 +45,13 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
-#include "compat.h"
 #include "branch.h"
 #include "eventlog.h"
+#include "events.h"
+#include "hoplock.h"
+#include "settings.h"
 #include "shmem.h"
+#include "storage.h"
 
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
@@ -731,7 +733,7 @@ forget_lines(void)
 }
 
 static void
-xact_callback(XactEvent event, void *arg)
+events_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
@@ -761,8 +763,8 @@ xact_callback(XactEvent event, void *arg)
 }
 
 static void
-subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-				 SubTransactionId parentSubid, void *arg)
+events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
 {
 	int			level = GetCurrentTransactionNestLevel();
 
@@ -799,6 +801,6 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 void
 hl_events_init(void)
 {
-	RegisterXactCallback(xact_callback, NULL);
-	RegisterSubXactCallback(subxact_callback, NULL);
+	RegisterXactCallback(events_xact_callback, NULL);
+	RegisterSubXactCallback(events_subxact_callback, NULL);
 }

@@ -23,13 +23,18 @@
  */
 #include "postgres.h"
 
+#include "fence.h"
 #include "hoplock.h"
-#include "compat.h"
+#include "lease.h"
+#include "storage.h"
+#include "termlock.h"
+#include "wakeup.h"
 
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -183,8 +188,8 @@ hl_fence_once(text *name, int64 generation)
 }
 
 static void
-subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-				 SubTransactionId parentSubid, void *arg)
+fence_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
 {
 	/* its fences may be gone with it: check again next time */
 	if (event == SUBXACT_EVENT_ABORT_SUB)
@@ -192,7 +197,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 static void
-xact_callback(XactEvent event, void *arg)
+fence_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
@@ -231,6 +236,6 @@ xact_callback(XactEvent event, void *arg)
 void
 hl_fence_init(void)
 {
-	RegisterXactCallback(xact_callback, NULL);
-	RegisterSubXactCallback(subxact_callback, NULL);
+	RegisterXactCallback(fence_xact_callback, NULL);
+	RegisterSubXactCallback(fence_subxact_callback, NULL);
 }

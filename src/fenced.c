@@ -27,8 +27,9 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
+#include "args.h"
 #include "compat.h"
+#include "fence.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"

@@ -23,9 +23,12 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
-#include "compat.h"
 #include "branch.h"
+#include "compat.h"
+#include "floor.h"
+#include "hoplock.h"
+#include "storage.h"
+#include "termlock.h"
 
 #include "access/heapam.h"
 #include "access/htup_details.h"

@@ -10,8 +10,13 @@
  */
 #include "postgres.h"
 
+#include "args.h"
+#include "fence.h"
 #include "hoplock.h"
-#include "compat.h"
+#include "lease.h"
+#include "session.h"
+#include "storage.h"
+#include "wait.h"
 
 #include "access/htup_details.h"
 #include "funcapi.h"
@@ -84,6 +89,8 @@ hoplock_acquire(PG_FUNCTION_ARGS)
 	req.owner = hl_arg_name(fcinfo, 1, "owner");
 	req.ttl = hl_arg_ttl(fcinfo, 2);
 	req.session_bound = hl_arg_bool(fcinfo, 3, "session_bound");
+	if (req.session_bound)
+		hl_session_prepare();
 	return cas_returning_lease(fcinfo, &req);
 }
 
@@ -102,6 +109,8 @@ hoplock_wait(PG_FUNCTION_ARGS)
 	req.ttl = hl_arg_ttl(fcinfo, 2);
 	timeout = hl_arg_timeout(fcinfo, 3);
 	req.session_bound = hl_arg_bool(fcinfo, 4, "session_bound");
+	if (req.session_bound)
+		hl_session_prepare();
 
 	if (!hl_lease_wait(&req, timeout, &result))
 		PG_RETURN_NULL();

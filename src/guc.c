@@ -11,10 +11,11 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
+#include "settings.h"
+
 #include <limits.h>
 
-#include "hoplock.h"
-#include "compat.h"
 
 #include "miscadmin.h"
 #include "nodes/pg_list.h"

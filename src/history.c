@@ -19,10 +19,12 @@
  */
 #include "postgres.h"
 
+#include "executor_compat.h"
+#include "history.h"
 #include "hoplock.h"
-#include "compat.h"
-#include "branch.h"
+#include "settings.h"
 #include "shmem.h"
+#include "storage.h"
 
 #include "access/heapam.h"
 #include "access/htup_details.h"

@@ -10,10 +10,15 @@
  */
 #include "postgres.h"
 
+#include "bound.h"
+#include "events.h"
+#include "fence.h"
 #include "hoplock.h"
-#include "compat.h"
-#include "branch.h"
+#include "settings.h"
 #include "shmem.h"
+#include "storage.h"
+#include "wakeup.h"
+#include "workers.h"
 
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -31,10 +36,9 @@ _PG_init(void)
 	hl_fence_init();
 	hl_events_init();
 	hl_mailbox_init();
-	hl_wait_init();
-	hl_session_init();
+	hl_wakeup_init();
+	hl_bound_init();
 	hl_install_hooks();
-	hl_branch_init();
 
 	if (process_shared_preload_libraries_in_progress)
 	{

@@ -25,8 +25,6 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
-
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
@@ -51,8 +49,10 @@
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/syscache.h"
 
 PG_FUNCTION_INFO_V1(hoplock_check_schema);

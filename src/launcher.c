@@ -36,9 +36,11 @@
 #include "postgres.h"
 
 #include "hoplock.h"
-#include "compat.h"
+#include "settings.h"
 #include "shmem.h"
+#include "workers.h"
 
+#include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"

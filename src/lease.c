@@ -50,10 +50,18 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
-#include "compat.h"
+#include "bound.h"
 #include "branch.h"
+#include "events.h"
+#include "floor.h"
+#include "history.h"
+#include "hoplock.h"
+#include "lease.h"
+#include "settings.h"
 #include "shmem.h"
+#include "storage.h"
+#include "termlock.h"
+#include "wakeup.h"
 
 #include "access/subtrans.h"
 #include "access/xact.h"
@@ -544,7 +552,7 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 	}
 	if (req->session_bound &&
 		(action == ACTION_NEW_TERM || action == ACTION_EXTEND))
-		hl_session_bind(written->name);
+		hl_bound_add(written->name);
 }
 
 /*
@@ -829,29 +837,6 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 	if (outcome == LEASE_CONTENDED && !req->busy_is_contention)
 		hl_count(HL_COUNT_CONTENDED);
 	return outcome;
-}
-
-/*
- * Read the lease as the active snapshot sees it (hoplock_holder,
- * hoplock_read).  Works on a hot standby.  Waits for a lock on the table
- * like any query.
- */
-bool
-hl_lease_lookup(text *name, Lease *lease)
-{
-	HlRelation	rel;
-	LeaseVersion version;
-	Snapshot	snapshot;
-
-	snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
-	(void) hl_open(HL_REL_LEASE, AccessShareLock, true, &rel);
-	hl_store_fetch(&rel, name, snapshot, &version);
-	hl_version_release(&version);
-	hl_close(&rel, false);
-
-	if (version.found)
-		*lease = version.lease;
-	return version.found;
 }
 
 /*

@@ -25,7 +25,6 @@
 #include "postgres.h"
 
 #include "hoplock.h"
-#include "compat.h"
 #include "shmem.h"
 
 #include "access/xact.h"
@@ -90,7 +89,7 @@ hl_post_session_end(text *name, int32 pid, TimestampTz start)
 }
 
 static void
-xact_callback(XactEvent event, void *arg)
+mailbox_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
@@ -132,8 +131,8 @@ xact_callback(XactEvent event, void *arg)
 }
 
 static void
-subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-				 SubTransactionId parentSubid, void *arg)
+mailbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						 SubTransactionId parentSubid, void *arg)
 {
 	int			level = GetCurrentTransactionNestLevel();
 
@@ -153,6 +152,6 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 void
 hl_mailbox_init(void)
 {
-	RegisterXactCallback(xact_callback, NULL);
-	RegisterSubXactCallback(subxact_callback, NULL);
+	RegisterXactCallback(mailbox_xact_callback, NULL);
+	RegisterSubXactCallback(mailbox_subxact_callback, NULL);
 }

@@ -10,9 +10,10 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
 #include "compat.h"
+#include "lease.h"
 #include "shmem.h"
+#include "workers.h"
 
 #include "commands/dbcommands.h"
 #include "funcapi.h"

@@ -46,8 +46,8 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
-#include "compat.h"
+#include "executor_compat.h"
+#include "storage.h"
 
 #include "access/heapam.h"
 #include "access/sysattr.h"
@@ -419,7 +419,7 @@ hl_row_delete(HlRelation *rel, ItemPointer otid)
 }
 
 static void
-xact_callback(XactEvent event, void *arg)
+rowwrite_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
@@ -445,5 +445,5 @@ xact_callback(XactEvent event, void *arg)
 void
 hl_rowwrite_init(void)
 {
-	RegisterXactCallback(xact_callback, NULL);
+	RegisterXactCallback(rowwrite_xact_callback, NULL);
 }

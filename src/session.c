@@ -5,8 +5,8 @@
  *		binds the term to the acquiring backend (its pid and start time,
  *		stored in the lease row), and the term ends when that backend exits.
  *
- *		The backend remembers the names it bound, in a hash table, and from
- *		a before_shmem_exit callback ends those terms itself in one last
+ *		The backend remembers the names it bound (bound.c), and from a
+ *		before_shmem_exit callback ends those terms itself in one last
  *		transaction, as PostgreSQL drops temporary tables.  That covers a
  *		disconnect, a client that dies, and pg_terminate_backend.  It also
  *		tells the expiry worker, which keeps trying whatever that
@@ -21,24 +21,20 @@
  *		which empties the registry, so the worker then ends every term bound
  *		to a session from before.
  *
- *		Bindings are this file's own end-of-transaction work: the names a
- *		transaction bound are entered in the table before it commits
- *		(nothing is allocated at commit, where running out of memory would
- *		be a PANIC), and forgotten again if it aborts.  Whoever ends a term
- *		(this session, a force-release, another owner taking over a lapsed
- *		term), its name stays in the table until the table has grown to
- *		twice what it held after the last pruning: then every name whose
- *		row no longer binds this session is dropped, so the table stays
- *		within twice the terms still bound (one lookup per binding, spread
- *		out).
+ *		The names are kept by bound.c, where the lease core enters them;
+ *		this file is above the core, and calls it to end the terms.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "hoplock.h"
+#include "bound.h"
 #include "compat.h"
+#include "hoplock.h"
+#include "lease.h"
+#include "session.h"
 #include "shmem.h"
+#include "storage.h"
 
 #include "access/xact.h"
 #include "commands/extension.h"
@@ -46,41 +42,23 @@
 #include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/hsearch.h"
-#include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-/* A name this session bound a term of */
-typedef struct BoundName
-{
-	char		key[HL_MAX_NAME_BYTES + 1];	/* NUL-terminated; names hold
-											 * no NUL */
-	bool		committed;		/* its binding committed */
-	LocalTransactionId bound_in;	/* the transaction that bound it last */
-} BoundName;
-
-static HTAB *bound = NULL;		/* in TopMemoryContext */
-static int	uncommitted = 0;	/* entries with committed == false */
-
-/* Prune the table when it holds this many entries (prune_bound) */
-#define PRUNE_AT_LEAST	64
-static long prune_at = PRUNE_AT_LEAST;
 static bool exit_callbacks_registered = false;
-
-static void
-name_key(text *name, char *key)
-{
-	int			len = Min(VARSIZE_ANY_EXHDR(name), HL_MAX_NAME_BYTES);
-
-	memset(key, 0, HL_MAX_NAME_BYTES + 1);
-	memcpy(key, VARDATA_ANY(name), len);
-}
 
 /* on_shmem_exit: however the backend leaves, it is no longer a session */
 static void
 unregister_session(int code, Datum arg)
 {
 	hl_session_unregister();
+}
+
+static void
+free_names(char **names, int count)
+{
+	for (int i = 0; i < count; i++)
+		pfree(names[i]);
+	pfree(names);
 }
 
 /*
@@ -97,16 +75,17 @@ unregister_session(int code, Datum arg)
 static void
 end_bound_terms(int code, Datum arg)
 {
-	HASH_SEQ_STATUS status;
-	BoundName  *entry;
+	char	  **names;
+	int			count;
 
-	if (bound == NULL || hash_get_num_entries(bound) == 0 ||
-		!OidIsValid(MyDatabaseId))
+	if (!OidIsValid(MyDatabaseId))
+		return;
+	names = hl_bound_names(&count);
+	if (count == 0)
 		return;
 
-	hash_seq_init(&status, bound);
-	while ((entry = hash_seq_search(&status)) != NULL)
-		hl_post_session_end(cstring_to_text(entry->key), MyProcPid,
+	for (int i = 0; i < count; i++)
+		hl_post_session_end(cstring_to_text(names[i]), MyProcPid,
 							MyStartTimestamp);
 
 	AbortOutOfAnyTransaction();
@@ -129,12 +108,11 @@ end_bound_terms(int code, Datum arg)
 	{
 		PopActiveSnapshot();
 		CommitTransactionCommand();
-		hash_destroy(bound);
-		bound = NULL;
+		hl_bound_forget_all();
+		free_names(names, count);
 		return;
 	}
-	hash_seq_init(&status, bound);
-	while ((entry = hash_seq_search(&status)) != NULL)
+	for (int i = 0; i < count; i++)
 	{
 		LeaseRequest req = {0};
 		Lease		result;
@@ -142,7 +120,7 @@ end_bound_terms(int code, Datum arg)
 
 		req.op = LEASE_OP_SESSION_END;
 		req.fn = "hoplock session exit";
-		req.name = cstring_to_text(entry->key);
+		req.name = cstring_to_text(names[i]);
 		req.session_pid = MyProcPid;
 		req.session_start = MyStartTimestamp;
 		req.busy_is_contention = true;
@@ -151,125 +129,23 @@ end_bound_terms(int code, Datum arg)
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	hl_notify_after_commit();
-	hash_destroy(bound);
-	bound = NULL;
+	hl_bound_forget_all();
+	free_names(names, count);
 }
 
 /*
- * Drop the names whose terms no longer bind this session: ended, or taken
- * over, by anyone.  Only committed bindings are looked at, and a row this
- * transaction wrote is left for later (the transaction may still roll
- * back, and its write with it).  So is a name this transaction bound again:
- * the lookup reads through the statement's snapshot, which does not see
- * what this statement wrote (several calls in one statement), and would
- * find the term before, ended.
- */
-static void
-prune_bound(void)
-{
-	HASH_SEQ_STATUS status;
-	BoundName  *entry;
-
-	hash_seq_init(&status, bound);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		Lease		lease;
-
-		if (!entry->committed || entry->bound_in == hl_my_lxid())
-			continue;
-		if (hl_lease_lookup(cstring_to_text(entry->key), &lease))
-		{
-			if (TransactionIdIsCurrentTransactionId(lease.xmin))
-				continue;
-			if (lease.session_pid == MyProcPid &&
-				lease.session_start == MyStartTimestamp)
-				continue;
-		}
-		/* removing the entry just returned is allowed during a scan */
-		(void) hash_search(bound, entry->key, HASH_REMOVE, NULL);
-	}
-	prune_at = Max(PRUNE_AT_LEAST, 2 * hash_get_num_entries(bound));
-}
-
-/*
- * This transaction binds lease "name" to this session: remember it, now,
- * so that nothing is left to allocate at commit.
+ * This call may bind a term to this session (session_bound => true):
+ * register the session, and the callbacks that end its terms when it
+ * exits, before the binding can commit, so that it is never seen unbound.
  */
 void
-hl_session_bind(text *name)
+hl_session_prepare(void)
 {
-	char		key[HL_MAX_NAME_BYTES + 1];
-	BoundName  *entry;
-	bool		found;
-
-	if (bound == NULL)
-	{
-		HASHCTL		ctl;
-
-		memset(&ctl, 0, sizeof(ctl));
-		ctl.keysize = HL_MAX_NAME_BYTES + 1;
-		ctl.entrysize = sizeof(BoundName);
-		ctl.hcxt = TopMemoryContext;
-		bound = hash_create("hoplock session-bound names", 16, &ctl,
-							HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
-	}
 	if (!exit_callbacks_registered)
 	{
 		on_shmem_exit(unregister_session, (Datum) 0);
 		before_shmem_exit(end_bound_terms, (Datum) 0);
 		exit_callbacks_registered = true;
 	}
-
-	/* registered before the binding commits, so never seen unbound */
 	hl_session_register();
-
-	if (hash_get_num_entries(bound) >= prune_at)
-		prune_bound();
-
-	name_key(name, key);
-	entry = hash_search(bound, key, HASH_ENTER, &found);
-	if (!found)
-	{
-		entry->committed = false;
-		uncommitted++;
-	}
-	entry->bound_in = hl_my_lxid();
-}
-
-static void
-xact_callback(XactEvent event, void *arg)
-{
-	HASH_SEQ_STATUS status;
-	BoundName  *entry;
-
-	if (uncommitted == 0)
-		return;
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			hash_seq_init(&status, bound);
-			while ((entry = hash_seq_search(&status)) != NULL)
-				entry->committed = true;
-			uncommitted = 0;
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			hash_seq_init(&status, bound);
-			while ((entry = hash_seq_search(&status)) != NULL)
-			{
-				if (!entry->committed)
-					(void) hash_search(bound, entry->key, HASH_REMOVE, NULL);
-			}
-			uncommitted = 0;
-			break;
-		default:
-			break;
-	}
-}
-
-void
-hl_session_init(void)
-{
-	RegisterXactCallback(xact_callback, NULL);
 }

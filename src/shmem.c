@@ -31,8 +31,9 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
 #include "compat.h"
+#include "hoplock.h"
+#include "settings.h"
 #include "shmem.h"
 
 #include "access/twophase.h"

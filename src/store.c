@@ -22,8 +22,9 @@
  */
 #include "postgres.h"
 
+#include "executor_compat.h"
 #include "hoplock.h"
-#include "compat.h"
+#include "storage.h"
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -452,4 +453,27 @@ hl_store_count_role(HlRelation *rel, Oid roleid, int64 limit)
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	return n;
+}
+
+/*
+ * Read the lease as the active snapshot sees it (hoplock_holder,
+ * hoplock_read).  Works on a hot standby.  Waits for a lock on the table
+ * like any query.
+ */
+bool
+hl_lease_lookup(text *name, Lease *lease)
+{
+	HlRelation	rel;
+	LeaseVersion version;
+	Snapshot	snapshot;
+
+	snapshot = ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot();
+	(void) hl_open(HL_REL_LEASE, AccessShareLock, true, &rel);
+	hl_store_fetch(&rel, name, snapshot, &version);
+	hl_version_release(&version);
+	hl_close(&rel, false);
+
+	if (version.found)
+		*lease = version.lease;
+	return version.found;
 }

@@ -23,10 +23,12 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
-#include "compat.h"
+#include "args.h"
 #include "branch.h"
+#include "compat.h"
 #include "eventlog.h"
+#include "events.h"
+#include "hoplock.h"
 #include "shmem.h"
 
 #include "access/xlog.h"

@@ -31,8 +31,9 @@
  */
 #include "postgres.h"
 
+#include "executor_compat.h"
 #include "hoplock.h"
-#include "compat.h"
+#include "storage.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -216,7 +217,7 @@ static struct
 static uint64 invalidations = 0;
 
 static void
-invalidate(Datum arg, Oid relid)
+table_invalidate(Datum arg, Oid relid)
 {
 	invalidations++;
 	for (int i = 0; i < HL_NRELS; i++)
@@ -248,7 +249,7 @@ register_callback(void)
 {
 	if (!callback_registered)
 	{
-		CacheRegisterRelcacheCallback(invalidate, (Datum) 0);
+		CacheRegisterRelcacheCallback(table_invalidate, (Datum) 0);
 		callback_registered = true;
 	}
 }

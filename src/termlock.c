@@ -18,8 +18,9 @@
  */
 #include "postgres.h"
 
-#include "hoplock.h"
 #include "compat.h"
+#include "hoplock.h"
+#include "termlock.h"
 
 #include "miscadmin.h"
 #include "storage/lmgr.h"

@@ -59,13 +59,21 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
+#include "delivery.h"
+#include "floor.h"
+#include "history.h"
+#include "hoplock.h"
+#include "lease.h"
+#include "schedule.h"
+#include "settings.h"
+#include "shmem.h"
+#include "storage.h"
+#include "termlock.h"
+#include "workers.h"
+
 #include <signal.h>
 
-#include "hoplock.h"
-#include "compat.h"
-#include "eventlog.h"
-#include "schedule.h"
-#include "shmem.h"
 
 #include "access/xact.h"
 #include "commands/async.h"

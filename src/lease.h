@@ -1,0 +1,72 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.h
+ *		The lease core: the compare-and-swap every writing call goes
+ *		through (lease.c).  It calls down into the storage layer, the
+ *		value mint, events and history, never back up.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef HOPLOCK_LEASE_H
+#define HOPLOCK_LEASE_H
+
+#include "hoplock.h"
+
+typedef enum LeaseOp
+{
+	LEASE_OP_ACQUIRE,
+	LEASE_OP_RENEW,
+	LEASE_OP_RELEASE,
+	LEASE_OP_FORCE_RELEASE,
+	LEASE_OP_WRITE,
+	LEASE_OP_DELETE,
+	LEASE_OP_EXPIRE,			/* the worker: announce a lapsed term */
+	LEASE_OP_SESSION_END		/* end the terms bound to a session that
+								 * ended */
+} LeaseOp;
+
+typedef struct LeaseRequest
+{
+	LeaseOp		op;
+	const char *fn;				/* SQL name, for messages */
+	text	   *name;
+	text	   *owner;			/* acquire, renew, release, write */
+	int64		ttl;			/* microseconds; acquire, renew, write */
+	int64		generation;		/* renew, release: 0 means any */
+	text	   *handle;			/* write, delete; NULL: "no state" */
+	bool		session_bound;	/* acquire: bind the term to this session */
+	int32		session_pid;	/* session_end: the session that ended */
+	TimestampTz session_start;
+	bool		busy_is_contention; /* a locked table is contention (waits,
+									 * the worker), not an error */
+	bool		await_announcement; /* acquire: wait briefly for a lapsed
+									 * term's row being changed (lease.c) */
+} LeaseRequest;
+
+typedef enum LeaseOutcome
+{
+	LEASE_DONE,					/* the lease was written */
+	LEASE_REFUSED,				/* the precondition does not hold */
+	LEASE_CONTENDED				/* held by another owner, or being changed
+								 * by another transaction right now */
+} LeaseOutcome;
+
+extern LeaseOutcome hl_lease_cas(const LeaseRequest *req, Lease *result,
+								 bool *found);
+/* Who holds a lease up (hl_lease_blocker) */
+typedef enum HlBlockerKind
+{
+	BLOCKER_NONE,
+	BLOCKER_FENCE,				/* an open fence of the current term */
+	BLOCKER_TERM_CHANGE,		/* a term beginning or ending, in flight */
+	BLOCKER_ROW_CHANGE			/* another uncommitted change (a renewal),
+								 * or a row lock a change waits for */
+} HlBlockerKind;
+
+extern int	hl_lease_blocker(text *name, HlBlockerKind *kind);
+extern bool hl_forget(text *name, TimestampTz ended_before,
+					  int64 floor_raised);
+extern void hl_check_term_role(const Lease *lease);
+extern void hl_prevent_write(const char *fn);
+
+#endif							/* HOPLOCK_LEASE_H */
