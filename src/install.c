@@ -12,38 +12,35 @@
  *		script too, where it only warns, as refusing would leave an
  *		installation on 1.1.
  *
- *		A schema is safe if its owner is a superuser (pg_database_owner
- *		stands for the database's owner), every role granted CREATE on it
- *		is one, and every object in it belongs to one: a superuser who
- *		takes over a schema another role made (ALTER SCHEMA ... OWNER TO)
- *		takes over what was planted in it too, unless it is dropped.  PostgreSQL 13 and 14 let every role create in schema
- *		"public" by default: hoplock warns there rather than refuse, as
- *		every extension installed there shares that risk (the README says
- *		to install into a schema of its own).
+ *		A schema is safe if its owner is a superuser, every role granted
+ *		CREATE on it is one, and every function, operator and type in it
+ *		belongs to one: a superuser who takes over a schema another role
+ *		made (ALTER SCHEMA ... OWNER TO) takes over what was planted in it
+ *		too, unless it is dropped.  pg_database_owner stands for the
+ *		database's owner only as owner of, or grantee on, schema "public"
+ *		(the contract's CREATE EXTENSION hoplock installs there); anywhere
+ *		else it counts as a role that is not a superuser.
+ *
+ *		PostgreSQL 13 and 14 let every role create in schema "public" by
+ *		default: hoplock warns there rather than refuse, as every extension
+ *		installed there shares that risk (the README says to install into
+ *		a schema of its own).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+
+
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
-#include "catalog/dependency.h"
 #include "catalog/namespace.h"
-#include "catalog/objectaddress.h"
 #include "catalog/pg_authid.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_collation.h"
-#include "catalog/pg_conversion.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_namespace.h"
-#include "catalog/pg_opclass.h"
 #include "catalog/pg_operator.h"
-#include "catalog/pg_opfamily.h"
 #include "catalog/pg_proc.h"
-#include "catalog/pg_statistic_ext.h"
-#include "catalog/pg_ts_config.h"
-#include "catalog/pg_ts_dict.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
@@ -53,16 +50,23 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 PG_FUNCTION_INFO_V1(hoplock_check_schema);
 
-/* The role a schema's owner or grantee stands for (pg_database_owner) */
+/*
+ * The role an owner or grantee of schema "public" stands for:
+ * pg_database_owner is the database's owner.  Anywhere else --
+ * another schema, an object -- pg_database_owner is taken for a role that
+ * is not a superuser: it stands for whoever owns the database later, or
+ * owned it before a superuser took it over.
+ */
 static Oid
-effective_role(Oid roleid)
+effective_role(Oid roleid, bool is_public)
 {
 #ifdef ROLE_PG_DATABASE_OWNER
-	if (roleid == ROLE_PG_DATABASE_OWNER)
+	if (roleid == ROLE_PG_DATABASE_OWNER && is_public)
 	{
 		HeapTuple	tuple = SearchSysCache1(DATABASEOID,
 											ObjectIdGetDatum(MyDatabaseId));
@@ -77,6 +81,17 @@ effective_role(Oid roleid)
 	}
 #endif
 	return roleid;
+}
+
+/* Is "roleid" a superuser (pg_database_owner never is; see above)? */
+static bool
+is_superuser_role(Oid roleid)
+{
+#ifdef ROLE_PG_DATABASE_OWNER
+	if (roleid == ROLE_PG_DATABASE_OWNER)
+		return false;
+#endif
+	return OidIsValid(roleid) && superuser_arg(roleid);
 }
 
 /*
@@ -109,6 +124,7 @@ unsafe_role(Oid nsp, Oid *role, bool *owns)
 	Form_pg_namespace form;
 	Datum		acldatum;
 	bool		isnull;
+	bool		is_public;
 	bool		unsafe = false;
 
 	tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(nsp));
@@ -116,9 +132,10 @@ unsafe_role(Oid nsp, Oid *role, bool *owns)
 		elog(ERROR, "cache lookup failed for schema %u", nsp);
 	form = (Form_pg_namespace) GETSTRUCT(tuple);
 
+	is_public = strcmp(NameStr(form->nspname), "public") == 0;
 	*owns = true;
-	*role = effective_role(form->nspowner);
-	unsafe = !superuser_arg(*role);
+	*role = effective_role(form->nspowner, is_public);
+	unsafe = !is_superuser_role(*role);
 
 	acldatum = SysCacheGetAttr(NAMESPACEOID, tuple, Anum_pg_namespace_nspacl,
 							   &isnull);
@@ -137,8 +154,8 @@ unsafe_role(Oid nsp, Oid *role, bool *owns)
 				unsafe = true;
 			else
 			{
-				grantee = effective_role(grantee);
-				unsafe = !superuser_arg(grantee);
+				grantee = effective_role(grantee, is_public);
+				unsafe = !is_superuser_role(grantee);
 			}
 			if (unsafe)
 			{
@@ -152,62 +169,59 @@ unsafe_role(Oid nsp, Oid *role, bool *owns)
 }
 
 /*
- * The catalogs whose objects live in a schema and have an owner, with the
- * columns that say which.
+ * The objects that can capture a call of hoplock's: a function (an
+ * overload that matches a qualified call better, such as
+ * hoplock_fence(text, integer) for hoplock.hoplock_fence('x', 2)), an
+ * operator, and a type (a domain named like one of pg_catalog's, for a
+ * search_path that lists the schema first).  Tables, sequences, indexes
+ * and the like are only reached by a name no call of hoplock's uses.
  */
 typedef struct OwnedCatalog
 {
 	Oid			catalog;
-	AttrNumber	oid;
+	const char *kind;			/* for the message */
+	AttrNumber	name;
 	AttrNumber	namespace;
 	AttrNumber	owner;
 } OwnedCatalog;
 
 static const OwnedCatalog owned_catalogs[] = {
-	{RelationRelationId, Anum_pg_class_oid,
-	Anum_pg_class_relnamespace, Anum_pg_class_relowner},
-	{ProcedureRelationId, Anum_pg_proc_oid,
+	{ProcedureRelationId, "function", Anum_pg_proc_proname,
 	Anum_pg_proc_pronamespace, Anum_pg_proc_proowner},
-	{TypeRelationId, Anum_pg_type_oid,
-	Anum_pg_type_typnamespace, Anum_pg_type_typowner},
-	{OperatorRelationId, Anum_pg_operator_oid,
+	{OperatorRelationId, "operator", Anum_pg_operator_oprname,
 	Anum_pg_operator_oprnamespace, Anum_pg_operator_oprowner},
-	{CollationRelationId, Anum_pg_collation_oid,
-	Anum_pg_collation_collnamespace, Anum_pg_collation_collowner},
-	{ConversionRelationId, Anum_pg_conversion_oid,
-	Anum_pg_conversion_connamespace, Anum_pg_conversion_conowner},
-	{OperatorClassRelationId, Anum_pg_opclass_oid,
-	Anum_pg_opclass_opcnamespace, Anum_pg_opclass_opcowner},
-	{OperatorFamilyRelationId, Anum_pg_opfamily_oid,
-	Anum_pg_opfamily_opfnamespace, Anum_pg_opfamily_opfowner},
-	{TSConfigRelationId, Anum_pg_ts_config_oid,
-	Anum_pg_ts_config_cfgnamespace, Anum_pg_ts_config_cfgowner},
-	{TSDictionaryRelationId, Anum_pg_ts_dict_oid,
-	Anum_pg_ts_dict_dictnamespace, Anum_pg_ts_dict_dictowner},
-	{StatisticExtRelationId, Anum_pg_statistic_ext_oid,
-	Anum_pg_statistic_ext_stxnamespace, Anum_pg_statistic_ext_stxowner},
+	{TypeRelationId, "type", Anum_pg_type_typname,
+	Anum_pg_type_typnamespace, Anum_pg_type_typowner},
 };
 
 /*
- * Does schema "nsp" hold an object a role other than a superuser owns?
- * Sets *role and *object to the first one found and *count to how many
- * there are.  The catalogs are read whole: this runs once per CREATE or
- * ALTER EXTENSION, and most have no index on the schema.
+ * Does schema "nsp" hold a function, operator or type that a role other
+ * than a superuser owns?  Sets *role, *kind and *name to the first found.
+ *
+ * The catalogs are read whole (there is no index on the schema alone;
+ * this runs once per CREATE or ALTER EXTENSION) with a dirty snapshot: an
+ * object being created by a transaction still in progress counts too.
+ * That transaction had the right to create in the schema when it did, and
+ * would commit its object beside hoplock's after the check.  The row type
+ * of a table and the array type of a type are the table's and the type's.
  */
 static bool
-foreign_object(Oid nsp, Oid *role, ObjectAddress *object, int *count)
+foreign_object(Oid nsp, Oid *role, const char **kind, char **name)
 {
-	*count = 0;
-	for (size_t i = 0; i < lengthof(owned_catalogs); i++)
+	bool		found = false;
+
+	for (size_t i = 0; i < lengthof(owned_catalogs) && !found; i++)
 	{
 		const OwnedCatalog *cat = &owned_catalogs[i];
 		Relation	rel = table_open(cat->catalog, AccessShareLock);
 		TupleDesc	desc = RelationGetDescr(rel);
+		SnapshotData dirty;
 		SysScanDesc scan;
 		HeapTuple	tuple;
 
-		scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
-		while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+		InitDirtySnapshot(dirty);
+		scan = systable_beginscan(rel, InvalidOid, false, &dirty, 0, NULL);
+		while (!found && HeapTupleIsValid(tuple = systable_getnext(scan)))
 		{
 			bool		isnull;
 			Oid			owner;
@@ -215,26 +229,29 @@ foreign_object(Oid nsp, Oid *role, ObjectAddress *object, int *count)
 			if (DatumGetObjectId(heap_getattr(tuple, cat->namespace, desc,
 											  &isnull)) != nsp || isnull)
 				continue;
-			owner = effective_role(DatumGetObjectId(heap_getattr(tuple,
-																 cat->owner,
-																 desc,
-																 &isnull)));
-			if (superuser_arg(owner))
-				continue;
-			if ((*count)++ == 0)
+			if (cat->catalog == TypeRelationId)
 			{
-				*role = owner;
-				object->classId = cat->catalog;
-				object->objectId = DatumGetObjectId(heap_getattr(tuple, cat->oid,
-																 desc,
-																 &isnull));
-				object->objectSubId = 0;
+				Form_pg_type typ = (Form_pg_type) GETSTRUCT(tuple);
+
+				if (OidIsValid(typ->typrelid) ||
+					(OidIsValid(typ->typelem) && typ->typcategory == TYPCATEGORY_ARRAY))
+					continue;
 			}
+			owner = DatumGetObjectId(heap_getattr(tuple, cat->owner, desc,
+												  &isnull));
+			if (is_superuser_role(owner))
+				continue;
+			found = true;
+			*role = owner;
+			*kind = cat->kind;
+			*name = pstrdup(NameStr(*DatumGetName(heap_getattr(tuple, cat->name,
+															   desc,
+															   &isnull))));
 		}
 		systable_endscan(scan);
 		table_close(rel, AccessShareLock);
 	}
-	return *count > 0;
+	return found;
 }
 
 /*
@@ -263,10 +280,10 @@ hoplock_check_schema(PG_FUNCTION_ARGS)
 	level = updating ? WARNING : ERROR;
 	if (!unsafe_role(nsp, &role, &owns))
 	{
-		ObjectAddress object;
-		int			count;
+		const char *kind;
+		char	   *name;
 
-		if (!foreign_object(nsp, &role, &object, &count))
+		if (!foreign_object(nsp, &role, &kind, &name))
 			PG_RETURN_VOID();
 		rolename = GetUserNameFromId(role, true);
 		ereport(level,
@@ -274,16 +291,8 @@ hoplock_check_schema(PG_FUNCTION_ARGS)
 				 updating ?
 				 errmsg("hoplock is installed in schema \"%s\", which is not safe", nspname) :
 				 errmsg("hoplock cannot be installed in schema \"%s\"", nspname),
-				 errdetail_plural("Role \"%s\", which is not a superuser, owns %s in the schema, which could capture calls to hoplock's functions (%d object of roles that are not superusers in all).",
-								  "Role \"%s\", which is not a superuser, owns %s in the schema, which could capture calls to hoplock's functions (%d objects of roles that are not superusers in all).",
-								  count,
-								  rolename ? rolename : "?",
-#if PG_VERSION_NUM >= 140000
-								  getObjectDescription(&object, false),
-#else
-								  getObjectDescription(&object),
-#endif
-								  count),
+				 errdetail("Role \"%s\", which is not a superuser, owns %s \"%s\" in the schema: it could capture calls to hoplock's functions.",
+						   rolename ? rolename : "?", kind, name),
 				 updating ?
 				 errhint("Look at the objects, then drop them or give them to a superuser, or reinstall hoplock into a schema of its own.") :
 				 errhint("Install it into a schema a superuser creates for it now, under a name no other role has used: CREATE SCHEMA hoplock; CREATE EXTENSION hoplock SCHEMA hoplock;")));

@@ -55,7 +55,7 @@ my ($ret, $out, $err) = $node->psql('app', q{
 isnt($ret, 0, 'CREATE EXTENSION refuses a schema a superuser took over with another role\'s function in it');
 like($err, qr/\(42501\)|cannot be installed in schema "hoplock"/,
 	'... as unsafe');
-like($err, qr/Role "dbo", which is not a superuser, owns function (hoplock\.)?hoplock_fence\(text,\s*integer\)/,
+like($err, qr/Role "dbo", which is not a superuser, owns function "hoplock_fence" in the schema/,
 	'... naming the planted function and its owner');
 is($node->safe_psql('app', q{SELECT count(*) FROM pg_extension WHERE extname = 'hoplock'}),
 	'0', 'and nothing is installed');
