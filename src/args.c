@@ -201,6 +201,7 @@ hl_arg_timeout(FunctionCallInfo fcinfo, int argno)
 	return usecs;
 }
 
+/* The generation argument "argno": NULL or a positive number. */
 int64
 hl_arg_generation(FunctionCallInfo fcinfo, int argno)
 {

@@ -200,6 +200,7 @@ bound_xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/* Register the callbacks of this file's end-of-transaction work. */
 void
 hl_bound_init(void)
 {

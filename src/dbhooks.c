@@ -471,6 +471,7 @@ executor_end(QueryDesc *queryDesc)
 		hl_delivery_note_removal();
 }
 
+/* Install the hooks and callbacks of this file. */
 void
 hl_install_hooks(void)
 {

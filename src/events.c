@@ -798,6 +798,7 @@ events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
+/* Register the callbacks of this file's end-of-transaction work. */
 void
 hl_events_init(void)
 {

@@ -128,6 +128,10 @@ check_fence(text *name, int64 generation)
 	return cur.lease.expires_at;
 }
 
+/*
+ * hoplock_fence(name, generation): hold the term's lock until this
+ * transaction ends; raises unless the term is current and the caller's.
+ */
 void
 hl_fence(text *name, int64 generation)
 {
@@ -233,6 +237,7 @@ fence_xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/* Register the callbacks of this file's end-of-transaction work. */
 void
 hl_fence_init(void)
 {

@@ -166,6 +166,11 @@ fenced_state(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	return state;
 }
 
+/*
+ * The trigger hoplock_fenced(name, column): refuse a row change (or a
+ * TRUNCATE) unless the row's generation is the current term's and the
+ * caller may write under it.
+ */
 Datum
 hoplock_fenced(PG_FUNCTION_ARGS)
 {

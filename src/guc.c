@@ -104,6 +104,7 @@ hl_database_listed(const char *dbname)
 	return listed;
 }
 
+/* Define hoplock's settings, from _PG_init. */
 void
 hl_define_gucs(void)
 {

@@ -73,6 +73,10 @@ open_history(HlRelation *rel)
  */
 static Oid locked_seq = InvalidOid;
 
+/*
+ * Lock the history (and the event sequence) for a term change; false if
+ * maintenance holds either.
+ */
 bool
 hl_history_lock(void)
 {

@@ -27,6 +27,10 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
+/*
+ * Load the module: settings, callbacks, hooks; with
+ * shared_preload_libraries, shared memory and the launcher.
+ */
 void
 _PG_init(void)
 {

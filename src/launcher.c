@@ -122,6 +122,7 @@ describe_worker(BackgroundWorker *worker, const char *function,
 	snprintf(worker->bgw_type, BGW_MAXLEN, "%s", type);
 }
 
+/* Register the launcher, from _PG_init while preloading. */
 void
 hl_register_launcher(void)
 {
@@ -507,6 +508,7 @@ reconcile(Oid *requested, int nrequested, bool rescan_all,
 	return nunserved > 0;
 }
 
+/* The launcher's main loop: start and stop a worker per database. */
 void
 hoplock_launcher_main(Datum arg)
 {

@@ -189,6 +189,10 @@ hl_check_term_role(const Lease *lease)
 					   NameStr(lease->owner_role))));
 }
 
+/*
+ * Refuse a writing call where PostgreSQL refuses writes: a read-only
+ * transaction, a hot standby, parallel mode.
+ */
 void
 hl_prevent_write(const char *fn)
 {
@@ -606,6 +610,264 @@ poll_pause(void)
 }
 
 /*
+ * What one compare-and-swap holds while it runs: the lease table, the
+ * locks it took, and how often it polled (wait_for_announcement).
+ */
+typedef struct CasState
+{
+	HlRelation	rel;
+	bool		term_locked;	/* the lease's term lock, ExclusiveLock */
+	bool		history_locked; /* hl_history_lock() */
+	int			role_locks;		/* check_names_per_role's, taken */
+	int			polls;
+} CasState;
+
+/* One pass of the compare-and-swap's loop: done, or look again */
+#define CAS_AGAIN	(-1)
+
+/*
+ * Let go of the term lock, if held, and pause once before looking again
+ * (a poll of wait_for_announcement): a call does not hold the term lock
+ * while it sleeps.
+ */
+static int
+poll_again(const LeaseRequest *req, CasState *st)
+{
+	if (st->term_locked)
+	{
+		hl_term_unlock(req->name, ExclusiveLock);
+		st->term_locked = false;
+	}
+	poll_pause();
+	return CAS_AGAIN;
+}
+
+/*
+ * Open the lease table and, for a call that may begin or end a term, lock
+ * the history and event numbers too, so that maintenance of them is
+ * contention like maintenance of the lease table, not an error halfway.
+ * (A renewal writes neither.)  Returns false if one is locked and the
+ * caller takes that for contention; raises 55P03 otherwise.
+ */
+static bool
+cas_open(const LeaseRequest *req, CasState *st)
+{
+	if (!hl_open(HL_REL_LEASE, RowExclusiveLock, false, &st->rel))
+	{
+		if (req->busy_is_contention)
+			return false;
+		hl_table_busy_error(HL_REL_LEASE);
+	}
+	if (req->op != LEASE_OP_RENEW)
+	{
+		if (!hl_history_lock())
+		{
+			hl_close(&st->rel, false);
+			if (req->busy_is_contention)
+				return false;
+			hl_table_busy_error(HL_REL_HISTORY);
+		}
+		st->history_locked = true;
+	}
+	return true;
+}
+
+/*
+ * A term change needs the term lock.  With it held, no fence is open and
+ * no other term change is in flight; the caller looks again, since the
+ * lease may have changed before it got the lock.
+ */
+static int
+take_term_lock(const LeaseRequest *req, CasState *st, const Lease *cur,
+			   TimestampTz now)
+{
+	if (hl_term_trylock(req->name, ExclusiveLock))
+	{
+		st->term_locked = true;
+		return CAS_AGAIN;
+	}
+
+	/*
+	 * No fence holds an ended term's lock: the worker forgetting the name
+	 * holds it for a moment.
+	 */
+	if (cur != NULL && cur->state != LEASE_STATE_HELD &&
+		wait_for_announcement(req, cur, now, &st->polls))
+		return poll_again(req, st);
+	return LEASE_CONTENDED;
+}
+
+/*
+ * Write "written" over "cur" (NULL: insert it), counting the name against
+ * its role's hoplock.max_names_per_role where it is new to the role.
+ */
+static TM_Result
+write_row(CasState *st, LeaseAction action, LeaseVersion *cur,
+		  Lease *written)
+{
+	if (!cur->found)
+	{
+		if (check_names_per_role(&st->rel))
+			st->role_locks++;
+		hl_store_insert(&st->rel, written);
+		return TM_Ok;
+	}
+
+	/* a name another role began the last term of counts now */
+	if (action == ACTION_NEW_TERM &&
+		cur->lease.owner_roleid != written->owner_roleid &&
+		check_names_per_role(&st->rel))
+		st->role_locks++;
+	return hl_store_update(&st->rel, &cur->tid, written);
+}
+
+/*
+ * The write found the row changed since it was read (TM_BeingModified:
+ * another transaction is changing it; TM_Updated, TM_Deleted: a newer
+ * version committed).
+ */
+static int
+write_conflict(const LeaseRequest *req, CasState *st, TM_Result tm,
+			   const LeaseVersion *cur)
+{
+	if (tm == TM_BeingModified)
+	{
+		if (wait_for_announcement(req, &cur->lease, GetCurrentTimestamp(),
+								  &st->polls))
+			return poll_again(req, st);
+
+		/*
+		 * Nobody was changing the row, so another transaction holds a lock
+		 * on it (FOR SHARE, FOR UPDATE: a superuser's, or the table
+		 * owner's).  A renewal's NULL would tell its holder that the term
+		 * is no longer its own: it is, so say the row is busy.
+		 */
+		if (req->op == LEASE_OP_RENEW && !TransactionIdIsValid(cur->inflight))
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("could not renew lease \"%s\": its row is locked by another transaction",
+							text_to_cstring(req->name)),
+					 errdetail("A transaction holds FOR SHARE or FOR UPDATE on the lease's row."),
+					 errhint("The term is still yours: renew it again.")));
+		return LEASE_CONTENDED;
+	}
+	if (tm == TM_Updated || tm == TM_Deleted)
+	{
+		/* a newer version committed after we looked */
+		if (IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+		return CAS_AGAIN;
+	}
+	elog(ERROR, "unexpected result %d updating lease \"%s\"",
+		 (int) tm, text_to_cstring(req->name));
+	return LEASE_CONTENDED;		/* keep the compiler quiet */
+}
+
+/*
+ * One pass: read the lease, decide, take what the action needs, write.
+ * Returns the outcome, or CAS_AGAIN to look again.
+ */
+static int
+cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
+{
+	LeaseVersion cur;
+	Lease	   *curp;
+	LeaseAction action;
+	TimestampTz now;
+	TM_Result	tm;
+	bool		busy;
+
+	/* the version stays pinned until we are done with it */
+	fetch_for_update(&st->rel, req->name, &cur);
+	curp = cur.found ? &cur.lease : NULL;
+	*found = cur.found;
+	if (cur.found)
+		*result = cur.lease;
+
+	/* the clock at the moment of the decision, after the fetch */
+	now = GetCurrentTimestamp();
+	if (TransactionIdIsValid(cur.inflight))
+	{
+		if (wait_for_announcement(req, curp, now, &st->polls))
+		{
+			hl_version_release(&cur);
+			return poll_again(req, st);
+		}
+		action = ACTION_HELD_ELSEWHERE;
+	}
+	else
+		action = decide(req, curp, now);
+
+	if (action == ACTION_NONE || action == ACTION_HELD_ELSEWHERE)
+	{
+		hl_version_release(&cur);
+		return (action == ACTION_NONE) ? LEASE_REFUSED : LEASE_CONTENDED;
+	}
+
+	/* the caller's rights first: no lock is taken on its behalf before */
+	check_action_privileges(req, action, curp, now);
+
+	if ((action == ACTION_NEW_TERM || action == ACTION_END_TERM) &&
+		!st->term_locked)
+	{
+		hl_version_release(&cur);
+		return take_term_lock(req, st, curp, now);
+	}
+
+	if (!build_new_row(req, action, curp, now, result, &busy))
+	{
+		hl_version_release(&cur);
+		if (busy && !req->busy_is_contention)
+			hl_table_busy_error(HL_REL_FLOOR);
+		return LEASE_CONTENDED;
+	}
+
+	tm = write_row(st, action, &cur, result);
+	hl_version_release(&cur);
+	if (tm == TM_Ok)
+	{
+		after_write(req, action, curp, result, now);
+		commit_durably(req);
+		return LEASE_DONE;
+	}
+	*result = cur.lease;
+	return write_conflict(req, st, tm, &cur);
+}
+
+/*
+ * After the last pass.  A term change wakes the lease's waiters when its
+ * transaction ends.  A call that took the term lock but changed nothing
+ * hands it back (the waiters it kept out are woken by whoever changed the
+ * lease instead), and gives back every other lock it took, so that it
+ * holds up nothing for the rest of its transaction (nor while
+ * hoplock_wait sleeps): the role's, the event sequence's, the lease
+ * table's.
+ */
+static void
+cas_close(const LeaseRequest *req, CasState *st, LeaseOutcome outcome)
+{
+	if (st->term_locked)
+	{
+		if (outcome == LEASE_DONE)
+			hl_wake_waiters_at_end(req->name);
+		else
+			hl_term_unlock(req->name, ExclusiveLock);
+	}
+	if (outcome != LEASE_DONE)
+	{
+		for (; st->role_locks > 0; st->role_locks--)
+			hl_term_unlock(role_lock_key(), ExclusiveLock);
+		if (st->history_locked)
+			hl_history_unlock();
+	}
+	hl_close(&st->rel, outcome == LEASE_DONE);
+	if (outcome == LEASE_CONTENDED && !req->busy_is_contention)
+		hl_count(HL_COUNT_CONTENDED);
+}
+
+/*
  * The compare-and-swap.  On LEASE_DONE, *result is the lease as written.
  * Otherwise *found says whether the lease has a row, and *result is that
  * row as last seen (the holder's term, say), for callers that wait.
@@ -617,226 +879,20 @@ poll_pause(void)
 LeaseOutcome
 hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 {
-	HlRelation	rel;
-	bool		term_locked = false;
-	bool		history_locked = false;
-	int			role_locks = 0;
-	bool		busy = false;
-	int			polls = 0;
-	LeaseOutcome outcome;
+	CasState	st = {0};
+	int			step;
 
 	*found = false;
 	hl_prevent_write(req->fn);
-	if (!hl_open(HL_REL_LEASE, RowExclusiveLock, false, &rel))
+	if (!cas_open(req, &st))
+		return LEASE_CONTENDED;
+	do
 	{
-		if (req->busy_is_contention)
-			return LEASE_CONTENDED;
-		hl_table_busy_error(HL_REL_LEASE);
-	}
-
-	/*
-	 * A call that may begin or end a term also writes the history and takes
-	 * event numbers: lock those now too, so that maintenance of them is
-	 * contention like maintenance of the lease table, not an error halfway.
-	 * (A renewal writes neither.)
-	 */
-	if (req->op != LEASE_OP_RENEW)
-	{
-		if (!hl_history_lock())
-		{
-			hl_close(&rel, false);
-			if (req->busy_is_contention)
-				return LEASE_CONTENDED;
-			hl_table_busy_error(HL_REL_HISTORY);
-		}
-		history_locked = true;
-	}
-
-	for (;;)
-	{
-		LeaseVersion cur;
-		Lease	   *curp;
-		LeaseAction action;
-		TM_Result	tm;
-		TimestampTz now;
-
 		CHECK_FOR_INTERRUPTS();
-
-		/* the version stays pinned until we are done with it */
-		fetch_for_update(&rel, req->name, &cur);
-		curp = cur.found ? &cur.lease : NULL;
-		*found = cur.found;
-		if (cur.found)
-			*result = cur.lease;
-
-		/* the clock at the moment of the decision, after the fetch */
-		now = GetCurrentTimestamp();
-		if (TransactionIdIsValid(cur.inflight))
-		{
-			if (wait_for_announcement(req, curp, now, &polls))
-			{
-				hl_version_release(&cur);
-				if (term_locked)
-				{
-					/* not held while it sleeps */
-					hl_term_unlock(req->name, ExclusiveLock);
-					term_locked = false;
-				}
-				poll_pause();
-				continue;
-			}
-			action = ACTION_HELD_ELSEWHERE;
-		}
-		else
-			action = decide(req, curp, now);
-
-		if (action == ACTION_NONE || action == ACTION_HELD_ELSEWHERE)
-		{
-			hl_version_release(&cur);
-			outcome = (action == ACTION_NONE) ? LEASE_REFUSED : LEASE_CONTENDED;
-			break;
-		}
-
-		/* the caller's rights first: no lock is taken on its behalf before */
-		check_action_privileges(req, action, curp, now);
-
-		/*
-		 * A term change needs the term lock.  With it held, no fence is open
-		 * and no other term change is in flight; look again, since the lease
-		 * may have changed before we got it.
-		 */
-		if ((action == ACTION_NEW_TERM || action == ACTION_END_TERM) &&
-			!term_locked)
-		{
-			hl_version_release(&cur);
-			if (!hl_term_trylock(req->name, ExclusiveLock))
-			{
-				/*
-				 * No fence holds an ended term's lock: the worker forgetting
-				 * the name holds it for a moment.
-				 */
-				if (curp != NULL && curp->state != LEASE_STATE_HELD &&
-					wait_for_announcement(req, curp, now, &polls))
-				{
-					poll_pause();
-					continue;
-				}
-				outcome = LEASE_CONTENDED;
-				break;
-			}
-			term_locked = true;
-			continue;
-		}
-
-		if (!build_new_row(req, action, curp, now, result, &busy))
-		{
-			hl_version_release(&cur);
-			if (busy && !req->busy_is_contention)
-				hl_table_busy_error(HL_REL_FLOOR);
-			outcome = LEASE_CONTENDED;
-			break;
-		}
-
-		if (curp == NULL)
-		{
-			if (check_names_per_role(&rel))
-				role_locks++;
-			hl_store_insert(&rel, result);
-			tm = TM_Ok;
-		}
-		else
-		{
-			/* a name another role began the last term of counts now */
-			if (action == ACTION_NEW_TERM &&
-				curp->owner_roleid != result->owner_roleid &&
-				check_names_per_role(&rel))
-				role_locks++;
-			tm = hl_store_update(&rel, &cur.tid, result);
-		}
-		hl_version_release(&cur);
-
-		if (tm == TM_Ok)
-		{
-			after_write(req, action, curp, result, now);
-			commit_durably(req);
-			outcome = LEASE_DONE;
-			break;
-		}
-		*result = cur.lease;
-		if (tm == TM_BeingModified)
-		{
-			if (wait_for_announcement(req, curp, GetCurrentTimestamp(),
-									  &polls))
-			{
-				if (term_locked)
-				{
-					/* not held while it sleeps */
-					hl_term_unlock(req->name, ExclusiveLock);
-					term_locked = false;
-				}
-				poll_pause();
-				continue;
-			}
-
-			/*
-			 * Nobody was changing the row, so another transaction holds a
-			 * lock on it (FOR SHARE, FOR UPDATE: a superuser's, or the
-			 * table owner's).  A renewal's NULL would tell its holder that
-			 * the term is no longer its own: it is, so say the row is busy.
-			 */
-			if (req->op == LEASE_OP_RENEW && !TransactionIdIsValid(cur.inflight))
-				ereport(ERROR,
-						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-						 errmsg("could not renew lease \"%s\": its row is locked by another transaction",
-								text_to_cstring(req->name)),
-						 errdetail("A transaction holds FOR SHARE or FOR UPDATE on the lease's row."),
-						 errhint("The term is still yours: renew it again.")));
-			outcome = LEASE_CONTENDED;
-			break;
-		}
-		if (tm == TM_Updated || tm == TM_Deleted)
-		{
-			/* a newer version committed after we looked */
-			if (IsolationUsesXactSnapshot())
-				ereport(ERROR,
-						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-						 errmsg("could not serialize access due to concurrent update")));
-			continue;
-		}
-		elog(ERROR, "unexpected result %d updating lease \"%s\"",
-			 (int) tm, text_to_cstring(req->name));
-	}
-
-	/*
-	 * A term change wakes the lease's waiters when its transaction ends.  A
-	 * call that took the term lock but changed nothing hands it back; the
-	 * waiters it kept out are woken by whoever changed the lease instead.
-	 */
-	if (term_locked)
-	{
-		if (outcome == LEASE_DONE)
-			hl_wake_waiters_at_end(req->name);
-		else
-			hl_term_unlock(req->name, ExclusiveLock);
-	}
-
-	/*
-	 * A call that wrote nothing gives back every lock it took, so that it
-	 * holds up nothing for the rest of its transaction (nor while
-	 * hoplock_wait sleeps): the role's, the event sequence's, the lease
-	 * table's.
-	 */
-	if (outcome != LEASE_DONE)
-	{
-		for (; role_locks > 0; role_locks--)
-			hl_term_unlock(role_lock_key(), ExclusiveLock);
-		if (history_locked)
-			hl_history_unlock();
-	}
-	hl_close(&rel, outcome == LEASE_DONE);
-	if (outcome == LEASE_CONTENDED && !req->busy_is_contention)
-		hl_count(HL_COUNT_CONTENDED);
-	return outcome;
+		step = cas_attempt(req, &st, result, found);
+	} while (step == CAS_AGAIN);
+	cas_close(req, &st, (LeaseOutcome) step);
+	return (LeaseOutcome) step;
 }
 
 /*

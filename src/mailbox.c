@@ -149,6 +149,7 @@ mailbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
+/* Register the callbacks of this file's end-of-transaction work. */
 void
 hl_mailbox_init(void)
 {

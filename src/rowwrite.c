@@ -442,6 +442,7 @@ rowwrite_xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/* Register the callbacks of this file's end-of-transaction work. */
 void
 hl_rowwrite_init(void)
 {

@@ -132,6 +132,10 @@ schedule_init(Schedule *s)
 	s->horizon = DT_NOEND;
 }
 
+/*
+ * A schedule for "capacity" names, in a memory context of its own under
+ * "parent".
+ */
 Schedule *
 hl_schedule_create(MemoryContext parent, int capacity)
 {
@@ -280,6 +284,7 @@ hl_schedule_take_due(Schedule *s, TimestampTz now, char *name, int *namelen,
 	return true;
 }
 
+/* How many names the schedule holds. */
 int
 hl_schedule_count(Schedule *s)
 {

@@ -308,6 +308,7 @@ hl_count(HlCounter counter)
 	hl_count_by(counter, 1);
 }
 
+/* Add "n" to one of this database's counters. */
 void
 hl_count_by(HlCounter counter, int64 n)
 {
@@ -753,6 +754,7 @@ proc_index(PGPROC *proc)
 	return (int) (proc - ProcGlobal->allProcs);
 }
 
+/* This backend may hold session-bound terms: say so to the worker. */
 void
 hl_session_register(void)
 {
@@ -762,6 +764,7 @@ hl_session_register(void)
 						(uint64) MyStartTimestamp);
 }
 
+/* This backend holds no session-bound terms any more. */
 void
 hl_session_unregister(void)
 {
@@ -770,6 +773,7 @@ hl_session_unregister(void)
 	pg_atomic_write_u64(&hl_shared->sessions[proc_index(MyProc)], 0);
 }
 
+/* Is the backend "pid", started at "start", still registered? */
 bool
 hl_session_alive(int32 pid, TimestampTz start)
 {

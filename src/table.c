@@ -559,6 +559,7 @@ hl_lock_relation_briefly(Oid relid, LOCKMODE lockmode)
 	}
 }
 
+/* Raise 55P03: one of hoplock's tables is locked (maintenance). */
 void
 hl_table_busy_error(HlRel which)
 {
@@ -762,6 +763,7 @@ hl_table_has_foreign_constraints(HlRelation *rel)
 	return rel->info->foreign_constraints;
 }
 
+/* Does the table have AFTER row triggers (rowwrite.c fires them)? */
 bool
 hl_table_has_after_triggers(HlRelation *rel)
 {

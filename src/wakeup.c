@@ -162,6 +162,7 @@ wakeup_xact_callback(XactEvent event, void *arg)
 		pending_wakes = NULL;
 }
 
+/* Register the callbacks of this file's end-of-transaction work. */
 void
 hl_wakeup_init(void)
 {

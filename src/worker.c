@@ -1113,6 +1113,7 @@ create_session_ends(void)
 					   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
+/* A database's worker: expiries, deliveries and housekeeping. */
 void
 hoplock_worker_main(Datum arg)
 {
