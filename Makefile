@@ -61,7 +61,10 @@ REGRESS = \
 	table_integrity \
 	reinstall \
 	monitoring \
-	security_install \
+	security_install_schema \
+	security_install_planted \
+	security_install_access \
+	security_install_settings \
 	fork_before_mint \
 	truncate_log
 REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
