@@ -103,7 +103,7 @@ include $(PGXS)
 $(OBJS): src/hoplock.h src/compat.h src/schedule.h src/shmem.h src/branch.h src/eventlog.h
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test test-matrix test-valgrind demo bench bench-quick dist torture torture-forks
+.PHONY: check-regress check-isolation check-tap test test-matrix test-valgrind demo bench bench-quick dist torture torture-forks format-check
 
 check-regress:
 	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
@@ -116,6 +116,11 @@ check-tap:
 
 test:
 	scripts/test
+
+# pgindent's layout rules that need no pg_bsd_indent, on src/ (tabs,
+# trailing whitespace, braces and return types on lines of their own)
+format-check:
+	scripts/format-check
 
 demo:
 	scripts/demo
