@@ -37,8 +37,11 @@ EXTENSION = hoplock
 DATA = hoplock--1.0.0.sql hoplock--1.0.0--1.1.0.sql hoplock--1.1.0.sql hoplock--1.1.0--1.2.0.sql hoplock--1.2.0.sql
 PGFILEDESC = "hoplock - lease-based leader election"
 
-# Regression tests: one file per topic, run on a scratch server that
-# preloads hoplock (pg_regress --temp-instance).
+# Regression tests: one file per topic.  make check-regress runs them on a
+# scratch server that preloads hoplock (pg_regress --temp-instance with
+# hoplock.conf); make installcheck, the PGXS way, on the running server
+# PGHOST, PGPORT and PGUSER name, which must have hoplock.conf's settings
+# (shared_preload_libraries = 'hoplock', max_prepared_transactions >= 5).
 REGRESS = \
 	setup \
 	acquire \
@@ -63,10 +66,14 @@ REGRESS = \
 	table_integrity \
 	reinstall \
 	monitoring \
-	security_install \
+	security_install_schema \
+	security_install_planted \
+	security_install_access \
+	security_install_settings \
 	fork_before_mint \
 	truncate_log
-REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
+REGRESS_OPTS =
+TEMP_REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
 
 ISOLATION = \
 	race_acquire \
@@ -87,8 +94,11 @@ ISOLATION = \
 	reindex_concurrently \
 	watch_order \
 	precommit_branch_lock
-ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
+ISOLATION_OPTS =
+TEMP_ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 
+# (make installcheck runs the TAP files too, each on servers of its own;
+# TAP_TESTS= on the command line leaves them out)
 TAP_TESTS = 1
 
 EXTRA_CLEAN = tmp_check tmp_check_iso output_iso
@@ -106,19 +116,24 @@ EXTRA_CLEAN += $(OBJS:.o=.o.d)
 -include $(OBJS:.o=.o.d)
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test test-matrix test-valgrind demo bench bench-quick dist torture torture-forks
+.PHONY: check-regress check-isolation check-tap test test-matrix test-valgrind demo bench bench-quick dist torture torture-forks format-check
 
 check-regress:
-	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+	$(pg_regress_installcheck) $(TEMP_REGRESS_OPTS) $(REGRESS_OPTS) $(REGRESS)
 
 check-isolation:
-	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+	$(pg_isolation_regress_installcheck) $(TEMP_ISOLATION_OPTS) $(ISOLATION_OPTS) $(ISOLATION)
 
 check-tap:
 	$(prove_installcheck)
 
 test:
 	scripts/test
+
+# pgindent's layout rules that need no pg_bsd_indent, on src/ (tabs,
+# trailing whitespace, braces and return types on lines of their own)
+format-check:
+	scripts/format-check
 
 demo:
 	scripts/demo

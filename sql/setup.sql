@@ -40,7 +40,8 @@ LANGUAGE sql SET search_path = pg_catalog, public, pg_temp AS $$
 $$;
 
 -- (These helpers resolve names as pg_catalog, public, pg_temp:
--- security_install calls them with objects planted in public and pg_temp.)
+-- security_install_planted calls them with objects planted in public
+-- and pg_temp.)
 
 -- A lease result in one deterministic line: name/owner/g<ordinal>, or NULL.
 CREATE FUNCTION show(l hoplock_lease) RETURNS text

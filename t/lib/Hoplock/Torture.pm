@@ -62,13 +62,13 @@ sub nap
 
 sub us { return "(extract(epoch FROM $_[0]) * 1000000)::bigint"; }
 
-my $LEASE_COLS = 'r.generation AS g, r.owner AS o, ' . us('r.acquired_at') . ' AS acq, '
-  . us('r.expires_at') . ' AS exp, ' . us('clock_timestamp()') . ' AS st';
+my $LEASE_COLS = 'r.generation, r.owner, ' . us('r.acquired_at') . ' AS acquired_at, '
+  . us('r.expires_at') . ' AS expires_at, ' . us('clock_timestamp()') . ' AS server_time';
 my %SQL = (
 	acquire => "SELECT $LEASE_COLS FROM hoplock.hoplock_acquire(\$1, \$2, \$3::interval, \$4::boolean) AS r",
 	wait => "SELECT $LEASE_COLS FROM hoplock.hoplock_wait(\$1, \$2, \$3::interval, \$4::interval, \$5::boolean) AS r",
 	renew => "SELECT $LEASE_COLS FROM hoplock.hoplock_renew(\$1, \$2, \$3::interval, \$4::bigint) AS r",
-	release => 'SELECT hoplock.hoplock_release($1, $2, $3::bigint) AS ok, ' . us('clock_timestamp()') . ' AS st',
+	release => 'SELECT hoplock.hoplock_release($1, $2, $3::bigint) AS ok, ' . us('clock_timestamp()') . ' AS server_time',
 );
 
 # ===========================================================================
@@ -101,7 +101,7 @@ sub init
 	$log->autoflush(1);
 	$self->{log}  = $log;
 	$self->{json} = JSON::PP->new->canonical;
-	$self->{cn}   = 0;
+	$self->{connection} = 0;
 	$self->{stop} = 0;
 	$self->{ppid} = getppid();
 	$SIG{TERM} = sub { $self->{stop} = 1 };
@@ -146,7 +146,7 @@ sub connect_to_primary
 	}
 	$self->{dbh}  = $dbh;
 	$self->{port} = $port;
-	$self->{cn}++;
+	$self->{connection}++;
 	return 1;
 }
 
@@ -187,7 +187,7 @@ sub new
 	my $self = bless {%a}, $class;
 	srand($a{seed});
 	$self->init("c$a{id}.log");
-	$self->{sc}      = rand() < 0.4  ? 'off' : 'on';
+	$self->{synchronous_commit} = rand() < 0.4 ? 'off' : 'on';
 	$self->{nr}      = rand() < 0.25 ? 1     : 0;
 	$self->{owner_n} = 0;
 	$self->new_owner;
@@ -205,10 +205,10 @@ sub new_owner
 sub record
 {
 	my ($self, $rec) = @_;
-	$rec->{c}    = $self->{id} + 0;
-	$rec->{port} = $self->{port};
-	$rec->{cn}   = $self->{cn};
-	$rec->{sc}   = $self->{sc};
+	$rec->{client}             = $self->{id} + 0;
+	$rec->{port}               = $self->{port};
+	$rec->{connection}         = $self->{connection};
+	$rec->{synchronous_commit} = $self->{synchronous_commit};
 	$self->emit($rec);
 }
 
@@ -216,7 +216,7 @@ sub connect
 {
 	my ($self) = @_;
 	return $self->connect_to_primary("torture-c$self->{id}",
-		"SET synchronous_commit = $self->{sc}",
+		"SET synchronous_commit = $self->{synchronous_commit}",
 		"SET statement_timeout = '5s'",
 		($self->{nr} ? ('SET hoplock.notify_renewals = on') : ()));
 }
@@ -225,29 +225,31 @@ sub connect
 sub lease_call
 {
 	my ($self, $k, $rec, @bind) = @_;
-	$rec->{k}  = $k;
-	$rec->{t0} = mono();
+	$rec->{kind}      = $k;
+	$rec->{called_at} = mono();
 	my $port = $self->{port};
 	my $row  = eval {
 		my $sth = $self->{dbh}->prepare_cached($SQL{$k});
 		$self->{dbh}->selectrow_hashref($sth, undef, @bind);
 	};
-	$rec->{t1} = mono();
+	$rec->{returned_at} = mono();
 	if ($row)
 	{
-		$rec->{st} = $row->{st};
+		$rec->{server_time} = $row->{server_time};
 		if ($k eq 'release')
 		{
 			$rec->{ok} = $row->{ok} ? 1 : 0;
 		}
-		elsif (defined $row->{g})
+		elsif (defined $row->{generation})
 		{
-			$rec->{res} = { g => $row->{g}, o => $row->{o}, acq => $row->{acq}, exp => $row->{exp} };
+			$rec->{result} = {
+				generation  => $row->{generation}, owner => $row->{owner},
+				acquired_at => $row->{acquired_at}, expires_at => $row->{expires_at} };
 		}
 	}
 	else
 	{
-		@$rec{qw(e u em)} = $self->failure;
+		@$rec{qw(sqlstate unknown_outcome message)} = $self->failure;
 	}
 	$self->{port} = $port;
 	$self->record($rec);
@@ -271,24 +273,28 @@ sub fenced
 	# were handed out but never made durable are handed out again after a
 	# crash, tags are not
 	my $tag  = "c$self->{id}." . ++$self->{txn_n};
-	my $rec  = { k => 'fenced', n => $L->{n}, g => $L->{g}, iso => $iso, fm => $mode, ids => [], tag => $tag };
+	my $rec  = {
+		kind => 'fenced', name => $L->{name}, generation => $L->{generation},
+		isolation => $iso, fence_mode => $mode, ids => [], tag => $tag };
 	$rec->{stale} = 1 if $o{stale};
 	$rec->{hung}  = 1 if $o{hang};
 	my $dbh   = $self->{dbh};
 	my $port  = $self->{port};
 	my $phase = 'begin';
-	$rec->{t0} = mono();
+	$rec->{called_at} = mono();
 	my $ok = eval {
 		$dbh->begin_work;
 		$dbh->do("SET TRANSACTION ISOLATION LEVEL $iso");
 		if ($mode ne 'trigger')
 		{
 			$phase = 'fence';
-			$dbh->selectrow_array('SELECT hoplock.hoplock_fence($1, $2::bigint)', undef, $L->{n}, $L->{g});
+			$dbh->selectrow_array('SELECT hoplock.hoplock_fence($1, $2::bigint)', undef, $L->{name}, $L->{generation});
 		}
 		if ($o{vanish})
 		{
-			$self->record({ k => 'vanish', n => $L->{n}, g => $L->{g}, t0 => mono(), t1 => mono(), intx => 1 });
+			$self->record({
+				kind => 'vanish', name => $L->{name}, generation => $L->{generation},
+				called_at => mono(), returned_at => mono(), in_transaction => 1 });
 			POSIX::_exit(0);
 		}
 		nap($o{hang}) if $o{hang};
@@ -297,30 +303,30 @@ sub fenced
 		{
 			push @{ $rec->{ids} }, $dbh->selectrow_array(
 				'INSERT INTO torture.fenced_rows (name, generation, client, tag) VALUES ($1, $2, $3, $4) RETURNING id',
-				undef, $L->{n}, $L->{g}, $self->{id}, $tag);
+				undef, $L->{name}, $L->{generation}, $self->{id}, $tag);
 		}
 		if ($mode ne 'fence')
 		{
 			push @{ $rec->{ids} }, $dbh->selectrow_array(
-				"INSERT INTO torture.trig_$L->{n} (generation, client, tag) VALUES (\$1, \$2, \$3) RETURNING id",
-				undef, $L->{g}, $self->{id}, $tag);
+				"INSERT INTO torture.trig_$L->{name} (generation, client, tag) VALUES (\$1, \$2, \$3) RETURNING id",
+				undef, $L->{generation}, $self->{id}, $tag);
 		}
 		nap(rand($L->{ttl} / 4000)) if rand() < 0.2;
 		$phase = 'commit';
 		$dbh->commit;
 		1;
 	};
-	$rec->{t1} = mono();
+	$rec->{returned_at} = mono();
 	if ($ok)
 	{
 		$rec->{ok} = 1;
 	}
 	else
 	{
-		@$rec{qw(e u em)} = $self->failure;
+		@$rec{qw(sqlstate unknown_outcome message)} = $self->failure;
 		# a transaction whose COMMIT was never sent did not commit
-		$rec->{u} = 0 unless $phase eq 'commit';
-		$rec->{ph} = $phase;
+		$rec->{unknown_outcome} = 0 unless $phase eq 'commit';
+		$rec->{phase} = $phase;
 		if ($self->{dbh})
 		{
 			eval { $self->{dbh}->rollback };
@@ -352,22 +358,24 @@ sub follow_step
 	my $n   = $NAMES[ int(rand(@NAMES)) ];
 	my $ttl = 50 + int(rand(451));
 	my $sb  = rand() < 0.2 ? 1 : 0;
-	my $rec = { n => $n, o => $self->{owner}, ttl => $ttl, sb => $sb };
+	my $rec = { name => $n, owner => $self->{owner}, ttl => $ttl, session_bound => $sb };
 	if (rand() < 0.5)
 	{
 		$self->lease_call('acquire', $rec, $n, $self->{owner}, "$ttl milliseconds", $sb ? 'true' : 'false');
 	}
 	else
 	{
-		$rec->{to} = 50 + int(rand(750));
+		$rec->{timeout} = 50 + int(rand(750));
 		$self->lease_call('wait', $rec, $n, $self->{owner}, "$ttl milliseconds",
-			"$rec->{to} milliseconds", $sb ? 'true' : 'false');
+			"$rec->{timeout} milliseconds", $sb ? 'true' : 'false');
 	}
-	if ($rec->{res})
+	if ($rec->{result})
 	{
-		$self->{lead} = { n => $n, g => $rec->{res}{g}, ttl => $ttl, sb => $sb, last => $rec->{t0} };
+		$self->{lead} = {
+			name => $n, generation => $rec->{result}{generation}, ttl => $ttl,
+			session_bound => $sb, last => $rec->{called_at} };
 	}
-	elsif ($rec->{u})
+	elsif ($rec->{unknown_outcome})
 	{
 		$self->new_owner;
 	}
@@ -385,7 +393,9 @@ sub lead_step
 	if ($x < 0.002)
 	{
 		# vanish: just exit, holding the lease
-		$self->record({ k => 'vanish', n => $L->{n}, g => $L->{g}, t0 => mono(), t1 => mono() });
+		$self->record({
+			kind => 'vanish', name => $L->{name}, generation => $L->{generation},
+			called_at => mono(), returned_at => mono() });
 		POSIX::_exit(0);
 	}
 	if ($x < 0.004)
@@ -398,21 +408,21 @@ sub lead_step
 		# a hung holder: the fence stays open past the term's end and the
 		# hung-holder timeout
 		my $rec = $self->fenced(hang => $L->{ttl} / 1000 + $HUNG_HOLDER_TIMEOUT + 0.3 + rand(0.5));
-		$self->{lead} = undef if $rec->{e};
+		$self->{lead} = undef if $rec->{sqlstate};
 		return;
 	}
 	if ($x < 0.05)
 	{
-		my $rec = { n => $L->{n}, o => $self->{owner}, g => $L->{g} };
-		$self->lease_call('release', $rec, $L->{n}, $self->{owner}, $L->{g});
-		$self->new_owner if $rec->{u};
+		my $rec = { name => $L->{name}, owner => $self->{owner}, generation => $L->{generation} };
+		$self->lease_call('release', $rec, $L->{name}, $self->{owner}, $L->{generation});
+		$self->new_owner if $rec->{unknown_outcome};
 		$self->{lead} = undef;
 		return;
 	}
 	if (rand() < 0.7)
 	{
 		my $rec = $self->fenced;
-		if (($rec->{e} // '') eq '55P03')
+		if (($rec->{sqlstate} // '') eq '55P03')
 		{
 			$self->{lead} = undef;
 			return;
@@ -427,21 +437,21 @@ sub lead_step
 	{
 		# the stale leader writes before it learns that it lost
 		my $rec = $self->fenced(stale => 1);
-		if (($rec->{e} // '') eq '55P03')
+		if (($rec->{sqlstate} // '') eq '55P03')
 		{
 			$self->{lead} = undef;
 			return;
 		}
 		return unless $self->{dbh};
 	}
-	my $rec = { n => $L->{n}, o => $self->{owner}, ttl => $L->{ttl}, g => $L->{g} };
+	my $rec = { name => $L->{name}, owner => $self->{owner}, ttl => $L->{ttl}, generation => $L->{generation} };
 	$rec->{late} = 1 if $late;
-	$self->lease_call('renew', $rec, $L->{n}, $self->{owner}, "$L->{ttl} milliseconds", $L->{g});
-	if ($rec->{res})
+	$self->lease_call('renew', $rec, $L->{name}, $self->{owner}, "$L->{ttl} milliseconds", $L->{generation});
+	if ($rec->{result})
 	{
-		$L->{last} = $rec->{t0};
+		$L->{last} = $rec->{called_at};
 	}
-	elsif (!$rec->{e})
+	elsif (!$rec->{sqlstate})
 	{
 		$self->{lead} = undef;
 	}
@@ -458,7 +468,7 @@ sub new
 {
 	my ($class, %a) = @_;
 	my $self = bless {%a}, $class;
-	$self->init("listener$a{ln}.log");
+	$self->init("listener$a{listener}.log");
 	$self->{last_seq} = 0;
 	return $self;
 }
@@ -467,9 +477,9 @@ sub note
 {
 	my ($self, $src, $e) = @_;
 	$self->emit({
-		src => $src, ln => $self->{ln} + 0, cn => $self->{cn}, port => $self->{port},
-		seq => $e->{seq}, ev => $e->{event}, n => $e->{name}, o => $e->{owner},
-		g => $e->{generation}, t => mono() });
+		source => $src, listener => $self->{listener} + 0, connection => $self->{connection},
+		port => $self->{port}, seq => $e->{seq}, event => $e->{event}, name => $e->{name},
+		owner => $e->{owner}, generation => $e->{generation}, received_at => mono() });
 	$self->{last_seq} = $e->{seq} if $e->{seq} > $self->{last_seq};
 }
 
@@ -679,7 +689,7 @@ sub spawn
 	die "fork: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		my $tag = $what eq 'client' ? "c$args{id}" : "listener$args{ln}";
+		my $tag = $what eq 'client' ? "c$args{id}" : "listener$args{listener}";
 		open(STDOUT, '>>', "$self->{dir}/$tag.out");
 		open(STDERR, '>>', "$self->{dir}/$tag.out");
 		exec($^X, "-I$LIB", '-MHoplock::Torture', '-e', "Hoplock::Torture::${what}_main(\@ARGV)",
@@ -701,7 +711,7 @@ sub spawn_client
 sub spawn_listener
 {
 	my ($self) = @_;
-	return $self->spawn('listener', ln => ++$self->{listener_n}, dir => $self->{dir},
+	return $self->spawn('listener', listener => ++$self->{listener_n}, dir => $self->{dir},
 		host => $self->{primary}->host);
 }
 
@@ -744,7 +754,7 @@ sub fault_log
 	my ($self, $rec) = @_;
 	push @{ $self->{faults} }, $rec;
 	print { $self->{fault_log} } JSON::PP->new->canonical->encode($rec), "\n";
-	$self->say("$rec->{k}" . ($rec->{detail} ? ": $rec->{detail}" : ''));
+	$self->say("$rec->{kind}" . ($rec->{detail} ? ": $rec->{detail}" : ''));
 }
 
 sub wait_up
@@ -788,7 +798,7 @@ sub fault
 {
 	my ($self, $k) = @_;
 	my $p   = $self->{primary};
-	my $rec = { k => $k, t0 => mono(), port => $p->port };
+	my $rec = { kind => $k, started_at => mono(), port => $p->port };
 	if ($k eq 'terminate')
 	{
 		my $n = 1 + int(rand(3));
@@ -849,7 +859,7 @@ sub fault
 	{
 		return $self->promote($rec);
 	}
-	$rec->{t1} = mono();
+	$rec->{ended_at} = mono();
 	$self->fault_log($rec);
 	return 1;
 }
@@ -868,9 +878,9 @@ sub promote
 	my ($p, $s, $kind) = @$self{qw(primary standby standby_kind)};
 	return 0 unless $s;
 	my $pn = $self->{nodes}{ $p->port };
-	$rec->{k}    = "promote_$kind";
-	$rec->{from} = $p->port;
-	$rec->{to}   = $s->port;
+	$rec->{kind}      = "promote_$kind";
+	$rec->{from_port} = $p->port;
+	$rec->{to_port}   = $s->port;
 	my $stalled;
 	if ($kind eq 'async')
 	{
@@ -908,7 +918,7 @@ sub promote
 	$self->wait_up($s);
 	$self->set_primary($s);
 	$self->{standby} = undef;
-	$rec->{t1} = mono();
+	$rec->{ended_at} = mono();
 	$rec->{detail} = $p->name . ' -> ' . $s->name . ($rec->{stall} ? ', the standby stalled before' : '');
 	$self->fault_log($rec);
 	$self->read_old($p);
@@ -966,7 +976,7 @@ sub parse_rows
 	return \@rows;
 }
 
-sub parse_history { return parse_rows($_[0], qw(n g o acq end how)); }
+sub parse_history { return parse_rows($_[0], qw(name generation owner acquired_at ended_at how)); }
 
 # ---------------------------------------------------------------------------
 # The run itself
@@ -1089,17 +1099,17 @@ sub finish
 	$final{history} = parse_history($p->safe_psql('postgres', 'COPY (' . history_sql() . ') TO STDOUT'));
 	$final{events} = parse_rows($p->safe_psql('postgres',
 		'COPY (SELECT seq, event, name, owner, generation FROM hoplock.hoplock_events(0)) TO STDOUT'),
-		qw(seq ev n o g));
+		qw(seq event name owner generation));
 	$final{leases} = parse_rows($p->safe_psql('postgres',
 		'COPY (SELECT name, state, owner, generation, ' . us('acquired_at') . ', ' . us('expires_at')
 		  . ' FROM hoplock_internal.lease) TO STDOUT'),
-		qw(n state o g acq exp));
+		qw(name state owner generation acquired_at expires_at));
 	my $cts = us('pg_xact_commit_timestamp(xmin)');
 	my $rows_sql = join(' UNION ALL ',
 		"SELECT id, 'fence', name, generation, client, tag, $cts FROM torture.fenced_rows",
 		map { "SELECT id, 'trigger', '$_', generation, client, tag, $cts FROM torture.trig_$_" } @NAMES);
 	$final{rows} = parse_rows($p->safe_psql('postgres', "COPY ($rows_sql) TO STDOUT"),
-		qw(id tab n g c tag cts));
+		qw(id table name generation client tag committed_at));
 	$final{unannounced} = [ grep { length } split /\n/, $unannounced ];
 	# verify_heapam came with PostgreSQL 14
 	my $heap_checks = $p->safe_psql('postgres', 'SHOW server_version_num') >= 140000
@@ -1151,7 +1161,7 @@ sub history
 			push @$list, $rec;
 		}
 	}
-	@notes = sort { $a->{t} <=> $b->{t} } @notes;
+	@notes = sort { $a->{received_at} <=> $b->{received_at} } @notes;
 	return {
 		calls    => \@calls,
 		notes    => \@notes,
@@ -1169,8 +1179,8 @@ sub fault_counts
 	my %n;
 	for my $f (@{ $self->{faults} })
 	{
-		$n{ $f->{k} }++;
-		$n{terminated_backends} += $f->{count} // 0 if $f->{k} eq 'terminate';
+		$n{ $f->{kind} }++;
+		$n{terminated_backends} += $f->{count} // 0 if $f->{kind} eq 'terminate';
 		$n{stalled}++ if $f->{stall};
 	}
 	return \%n;

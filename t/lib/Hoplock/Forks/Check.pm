@@ -34,6 +34,16 @@ use strict;
 use warnings;
 use Hoplock::Torture::Check ();
 
+# Hoplock::Torture::Check's event automaton, on this record's events
+# (ev, g: the torture history names them event, generation)
+sub torture_step
+{
+	my ($p, $e) = @_;
+	return undef unless defined $p;
+	return Hoplock::Torture::Check::bad_step({ event => $p->{ev}, generation => $p->{g} },
+		{ event => $e->{ev}, generation => $e->{g} });
+}
+
 our @CHECKS = (
 	[ generation_once => '(a) no (name, generation) was granted to two different terms (owner, acquired_at), across all branches of a chain' ],
 	[ event_once => '(b) no event number stood for two different events, across all branches of a chain' ],
@@ -247,7 +257,7 @@ sub check
 		for my $e (@{ $s->{events} })
 		{
 			my $p = $prev{ $e->{n} };
-			my $why = !$p && $e->{ev} ne 'acquired' ? "the first event of $e->{n} is $e->{ev}" : Hoplock::Torture::Check::bad_step($p, $e);
+			my $why = !$p && $e->{ev} ne 'acquired' ? "the first event of $e->{n} is $e->{ev}" : torture_step($p, $e);
 			$prev{ $e->{n} } = $e;
 			next unless $why;
 			$bad_pair{ $s->{id} }{ ($p ? "$p->{seq}\0" . ev_key($p) : '') . "\0$e->{seq}\0" . ev_key($e) } = 1;
@@ -296,7 +306,7 @@ sub check
 			}
 			$last = $e;
 			my $p = $prev{ $e->{n} };
-			my $why = $p ? Hoplock::Torture::Check::bad_step($p, $e) : $e->{ev} ne 'acquired' ? "the first event of $e->{n} is $e->{ev}" : undef;
+			my $why = $p ? torture_step($p, $e) : $e->{ev} ne 'acquired' ? "the first event of $e->{n} is $e->{ev}" : undef;
 			# (what the stream from 0 shows already was reported with it)
 			$why = undef if $why && $bad_pair{ $r->{full} }{ ($p ? "$p->{seq}\0" . ev_key($p) : '') . "\0$e->{seq}\0" . ev_key($e) };
 			add(\%v, 'events_complete', $forks, "$at is not well formed after what the client knew: $why: "

@@ -5,25 +5,39 @@
 # promises, the list of its violations (empty when it holds).  It reads
 # nothing else, so it can be handed made-up histories (self_test does).
 #
-# Times: t0 / t1 are the client's CLOCK_MONOTONIC before and after a call
-# (all processes run on one machine, so they are comparable across
-# processes); acq, exp, st, end, cts are server clock readings in integer
-# microseconds since the epoch.
+# Times: called_at / returned_at are the client's CLOCK_MONOTONIC before
+# and after a call, received_at the listener's when an event came (all
+# processes run on one machine, so they are comparable across processes);
+# acquired_at, expires_at, ended_at, server_time and committed_at are
+# server clock readings in integer microseconds since the epoch.
 #
 # The history, as a hash:
-#   calls  => [ { c, port, sc, k (acquire|wait|renew|release|fenced|vanish),
-#                 n, o, ttl, sb, g, t0, t1, res => { g, o, acq, exp } | undef,
-#                 ok, st, e (SQLSTATE), u (outcome unknown), ids, tag, fm, iso } ]
-#   notes  => [ { src (notify|catchup), ln, cn, port, seq, ev, n, o, g, t } ]
+#   calls  => [ { client (its number), port, connection (the client's how
+#                 manyth), synchronous_commit (on|off),
+#                 kind (acquire|wait|renew|release|fenced|vanish),
+#                 name, owner, ttl (ms), timeout (ms, wait), session_bound,
+#                 generation (the term renewed, released or fenced),
+#                 called_at, returned_at,
+#                 result => { generation, owner, acquired_at, expires_at } | undef,
+#                 ok (release: true; fenced: committed), server_time,
+#                 sqlstate, message, unknown_outcome (the error left it
+#                 unknown whether the call took effect), late (a renewal
+#                 after the ttl), fenced: ids (its rows), tag, fence_mode
+#                 (fence|trigger|both), isolation, stale, hung, phase (where
+#                 it failed); vanish: in_transaction } ]
+#   notes  => [ { source (notify|catchup), listener, connection, port, seq,
+#                 event, name, owner, generation, received_at } ]
 #   nodes  => { port => { name, fate (final|sync|async), stop_t,
 #                         standby_stop_t } }
-#   final  => { history => [ { n, g, o, acq, end, how } ],
-#               events  => [ { seq, ev, n, o, g } ],
-#               leases  => [ { n, state, o, g, acq, exp } ],
-#               rows    => [ { id, tab, n, g, c, tag, cts } ],
+#   final  => { history => [ { name, generation, owner, acquired_at, ended_at, how } ],
+#               events  => [ { seq, event, name, owner, generation } ],
+#               leases  => [ { name, state, owner, generation, acquired_at, expires_at } ],
+#               rows    => [ { id, table (fence|trigger), name, generation, client, tag,
+#                              committed_at } ],
 #               unannounced => [ text ], amcheck => [ text ], crashes => [ text ] }
 #   old    => { port => { history => [ ... ] } }   (replaced primaries)
 #   clock_changes => [ [ t_from, t_to ] ]   (restarts that changed the clock)
+#   faults => [ { kind, port, started_at, ended_at, detail, ... } ]  (not judged)
 package Hoplock::Torture::Check;
 
 use strict;
@@ -83,20 +97,20 @@ sub kept_visible
 	return kept($h, $port, $t);
 }
 
-sub acked_result { my ($c) = @_; return $c->{k} =~ /^(acquire|wait|renew)$/ && !$c->{e} && $c->{res}; }
+sub acked_result { my ($c) = @_; return $c->{kind} =~ /^(acquire|wait|renew)$/ && !$c->{sqlstate} && $c->{result}; }
 
 sub fmt_call
 {
 	my ($c) = @_;
-	my @f = ("client c$c->{c}", "$c->{k}($c->{n}" . (defined $c->{g} ? ", g=$c->{g}" : '') . ')',
-		sprintf('t=%.3f..%.3f', $c->{t0}, $c->{t1} // -1), "port $c->{port}",
-		"sc=$c->{sc}");
-	push @f, 'owner ' . ($c->{o} // '?');
-	push @f, "-> g=$c->{res}{g} acq=$c->{res}{acq} exp=$c->{res}{exp}" if $c->{res};
-	push @f, '-> NULL' if $c->{k} =~ /^(acquire|wait|renew)$/ && !$c->{res} && !$c->{e};
+	my @f = ("client c$c->{client}", "$c->{kind}($c->{name}" . (defined $c->{generation} ? ", g=$c->{generation}" : '') . ')',
+		sprintf('t=%.3f..%.3f', $c->{called_at}, $c->{returned_at} // -1), "port $c->{port}",
+		"sc=$c->{synchronous_commit}");
+	push @f, 'owner ' . ($c->{owner} // '?');
+	push @f, "-> g=$c->{result}{generation} acq=$c->{result}{acquired_at} exp=$c->{result}{expires_at}" if $c->{result};
+	push @f, '-> NULL' if $c->{kind} =~ /^(acquire|wait|renew)$/ && !$c->{result} && !$c->{sqlstate};
 	push @f, "ok=$c->{ok}" if defined $c->{ok};
-	push @f, "st=$c->{st}" if defined $c->{st};
-	push @f, "error $c->{e}" . ($c->{u} ? ' (outcome unknown)' : '') . ($c->{em} ? " \"$c->{em}\"" : '') if $c->{e};
+	push @f, "st=$c->{server_time}" if defined $c->{server_time};
+	push @f, "error $c->{sqlstate}" . ($c->{unknown_outcome} ? ' (outcome unknown)' : '') . ($c->{message} ? " \"$c->{message}\"" : '') if $c->{sqlstate};
 	push @f, "tag $c->{tag}" if $c->{tag};
 	push @f, "ids=@{$c->{ids}}" if $c->{ids} && @{ $c->{ids} };
 	return join(' ', @f);
@@ -105,17 +119,17 @@ sub fmt_call
 sub fmt_term
 {
 	my ($t) = @_;
-	return sprintf('%s g=%s owner %s [%s, %s) %s', $t->{n}, $t->{g}, $t->{o}, $t->{acq},
-		$t->{end} // 'running', $t->{how} // '');
+	return sprintf('%s g=%s owner %s [%s, %s) %s', $t->{name}, $t->{generation}, $t->{owner}, $t->{acquired_at},
+		$t->{ended_at} // 'running', $t->{how} // '');
 }
 
 sub fmt_note
 {
 	my ($e) = @_;
-	return sprintf('%s seq=%s %s(%s, g=%s) owner %s via %s%s port %s t=%.3f', $e->{src} // 'final',
-		$e->{seq}, $e->{ev}, $e->{n}, $e->{g}, $e->{o} // '?',
-		defined $e->{ln} ? "listener $e->{ln} connection " : '',
-		$e->{cn} // '', $e->{port} // '-', $e->{t} // 0);
+	return sprintf('%s seq=%s %s(%s, g=%s) owner %s via %s%s port %s t=%.3f', $e->{source} // 'final',
+		$e->{seq}, $e->{event}, $e->{name}, $e->{generation}, $e->{owner} // '?',
+		defined $e->{listener} ? "listener $e->{listener} connection " : '',
+		$e->{connection} // '', $e->{port} // '-', $e->{received_at} // 0);
 }
 
 # terms of each name, by generation: { name => [ terms ] }
@@ -123,8 +137,8 @@ sub by_name
 {
 	my ($terms) = @_;
 	my %t;
-	push @{ $t{ $_->{n} } }, $_ for @$terms;
-	@$_ = sort { $a->{g} <=> $b->{g} } @$_ for values %t;
+	push @{ $t{ $_->{name} } }, $_ for @$terms;
+	@$_ = sort { $a->{generation} <=> $b->{generation} } @$_ for values %t;
 	return \%t;
 }
 
@@ -150,13 +164,13 @@ sub bad_step
 	{
 		return undef;
 	}
-	if ($prev->{ev} eq 'acquired' || $prev->{ev} eq 'renewed')
+	if ($prev->{event} eq 'acquired' || $prev->{event} eq 'renewed')
 	{
-		return undef if $e->{ev} =~ /^(renewed|released|expired)$/ && $e->{g} == $prev->{g};
-		return "after $prev->{ev}(g=$prev->{g}) came $e->{ev}(g=$e->{g})";
+		return undef if $e->{event} =~ /^(renewed|released|expired)$/ && $e->{generation} == $prev->{generation};
+		return "after $prev->{event}(g=$prev->{generation}) came $e->{event}(g=$e->{generation})";
 	}
-	return undef if $e->{ev} eq 'acquired' && $e->{g} > $prev->{g};
-	return "after $prev->{ev}(g=$prev->{g}) came $e->{ev}(g=$e->{g})";
+	return undef if $e->{event} eq 'acquired' && $e->{generation} > $prev->{generation};
+	return "after $prev->{event}(g=$prev->{generation}) came $e->{event}(g=$e->{generation})";
 }
 
 # ---------------------------------------------------------------------------
@@ -174,7 +188,7 @@ sub check
 		my $list = $fterms->{$n};
 		for my $i (0 .. $#$list)
 		{
-			$fterm{$n}{ $list->[$i]{g} } = { term => $list->[$i], next => $list->[ $i + 1 ] };
+			$fterm{$n}{ $list->[$i]{generation} } = { term => $list->[$i], next => $list->[ $i + 1 ] };
 		}
 	}
 	my @calls = @{ $h->{calls} };
@@ -198,23 +212,23 @@ sub check
 			{
 				my $t = $list->[$i];
 				push @found, "$what: term ends before it begins: " . fmt_term($t)
-				  if defined $t->{end} && $t->{end} < $t->{acq};
+				  if defined $t->{ended_at} && $t->{ended_at} < $t->{acquired_at};
 				next if $i == 0;
 				my $p = $list->[ $i - 1 ];
-				if (!defined $p->{end})
+				if (!defined $p->{ended_at})
 				{
 					push @found, "$what: a term began while an earlier one never ended: "
 					  . fmt_term($p) . ' / ' . fmt_term($t);
 				}
-				elsif ($t->{acq} < $p->{acq})
+				elsif ($t->{acquired_at} < $p->{acquired_at})
 				{
 					push @found, sprintf('%s: a term began %d us before the previous one began: %s / %s', $what,
-						$p->{acq} - $t->{acq}, fmt_term($p), fmt_term($t));
+						$p->{acquired_at} - $t->{acquired_at}, fmt_term($p), fmt_term($t));
 				}
-				elsif ($t->{acq} < $p->{end})
+				elsif ($t->{acquired_at} < $p->{ended_at})
 				{
 					push @found, sprintf('%s: terms overlap by %d us: %s / %s', $what,
-						$p->{end} - $t->{acq}, fmt_term($p), fmt_term($t));
+						$p->{ended_at} - $t->{acquired_at}, fmt_term($p), fmt_term($t));
 				}
 			}
 		}
@@ -224,13 +238,13 @@ sub check
 
 	# --- reuse ------------------------------------------------------------------
 	my %seen;
-	for my $c (sort { $a->{t0} <=> $b->{t0} } @results)
+	for my $c (sort { $a->{called_at} <=> $b->{called_at} } @results)
 	{
-		my $key = "$c->{n}\0$c->{res}{g}";
+		my $key = "$c->{name}\0$c->{result}{generation}";
 		my $first = $seen{$key} //= $c;
-		if ($first->{res}{o} ne $c->{res}{o} || $first->{res}{acq} != $c->{res}{acq})
+		if ($first->{result}{owner} ne $c->{result}{owner} || $first->{result}{acquired_at} != $c->{result}{acquired_at})
 		{
-			push @{ $v{reuse} }, "generation $c->{res}{g} of $c->{n} granted twice: "
+			push @{ $v{reuse} }, "generation $c->{result}{generation} of $c->{name} granted twice: "
 			  . fmt_call($first) . ' / ' . fmt_call($c);
 		}
 	}
@@ -239,50 +253,50 @@ sub check
 		my ($what, $terms) = @$hist;
 		for my $t (map { @$_ } values %$terms)
 		{
-			my $c = $seen{"$t->{n}\0$t->{g}"} or next;
+			my $c = $seen{"$t->{name}\0$t->{generation}"} or next;
 			push @{ $v{reuse} }, "$what disagrees with what a client was given: "
 			  . fmt_term($t) . ' / ' . fmt_call($c)
-			  if $c->{res}{o} ne $t->{o} || $c->{res}{acq} != $t->{acq};
+			  if $c->{result}{owner} ne $t->{owner} || $c->{result}{acquired_at} != $t->{acquired_at};
 		}
 	}
 
 	# --- order ------------------------------------------------------------------
 	my %res_by_name;
-	push @{ $res_by_name{ $_->{n} } }, $_ for @results;
+	push @{ $res_by_name{ $_->{name} } }, $_ for @results;
 	for my $n (sort keys %res_by_name)
 	{
-		my @r = sort { $a->{t1} <=> $b->{t1} } @{ $res_by_name{$n} };
+		my @r = sort { $a->{returned_at} <=> $b->{returned_at} } @{ $res_by_name{$n} };
 		# prefix maxima over results ordered by end: all; kept; per node
 		my (@t_all, @m_all, @t_kept, @m_kept, %t_node, %m_node);
 		for my $c (@r)
 		{
-			push @t_all, $c->{t1};
-			push @m_all, (!@m_all || $c->{res}{g} > $m_all[-1]{res}{g}) ? $c : $m_all[-1];
-			if (kept($h, $c->{port}, $c->{t1}))
+			push @t_all, $c->{returned_at};
+			push @m_all, (!@m_all || $c->{result}{generation} > $m_all[-1]{result}{generation}) ? $c : $m_all[-1];
+			if (kept($h, $c->{port}, $c->{returned_at}))
 			{
-				push @t_kept, $c->{t1};
-				push @m_kept, (!@m_kept || $c->{res}{g} > $m_kept[-1]{res}{g}) ? $c : $m_kept[-1];
+				push @t_kept, $c->{returned_at};
+				push @m_kept, (!@m_kept || $c->{result}{generation} > $m_kept[-1]{result}{generation}) ? $c : $m_kept[-1];
 			}
 			my ($tn, $mn) = ($t_node{ $c->{port} } //= [], $m_node{ $c->{port} } //= []);
-			push @$tn, $c->{t1};
-			push @$mn, (!@$mn || $c->{res}{g} > $mn->[-1]{res}{g}) ? $c : $mn->[-1];
+			push @$tn, $c->{returned_at};
+			push @$mn, (!@$mn || $c->{result}{generation} > $mn->[-1]{result}{generation}) ? $c : $mn->[-1];
 		}
 		my %first;
 		for my $c (@r)
 		{
-			my $f = $first{ $c->{res}{g} };
-			$first{ $c->{res}{g} } = $c if !$f || $c->{t0} < $f->{t0};
+			my $f = $first{ $c->{result}{generation} };
+			$first{ $c->{result}{generation} } = $c if !$f || $c->{called_at} < $f->{called_at};
 		}
 		for my $c (@r)
 		{
 			my @before;
-			my $i = below(\@t_kept, $c->{t0});
+			my $i = below(\@t_kept, $c->{called_at});
 			push @before, $m_kept[$i] if $i >= 0;
-			$i = below($t_node{ $c->{port} }, $c->{t0});
+			$i = below($t_node{ $c->{port} }, $c->{called_at});
 			push @before, $m_node{ $c->{port} }[$i] if $i >= 0;
 			for my $a (@before)
 			{
-				if ($c->{res}{g} < $a->{res}{g})
+				if ($c->{result}{generation} < $a->{result}{generation})
 				{
 					push @{ $v{order} }, "a result went back in generation after "
 					  . fmt_call($a) . ': ' . fmt_call($c);
@@ -292,45 +306,45 @@ sub check
 		}
 		for my $c (values %first)
 		{
-			my $i = below(\@t_all, $c->{t0});
+			my $i = below(\@t_all, $c->{called_at});
 			next if $i < 0;
 			my $a = $m_all[$i];
 			push @{ $v{order} }, 'a new term is not above a generation acknowledged before it was asked for: '
 			  . fmt_call($a) . ' then ' . fmt_call($c)
-			  if $c->{res}{g} <= $a->{res}{g};
+			  if $c->{result}{generation} <= $a->{result}{generation};
 		}
 	}
 
 	# --- durable ------------------------------------------------------------------
 	my %last_ext;    # "n\0g" => last kept acked result
-	for my $c (sort { $a->{t0} <=> $b->{t0} } @results)
+	for my $c (sort { $a->{called_at} <=> $b->{called_at} } @results)
 	{
-		next unless kept($h, $c->{port}, $c->{t1});
+		next unless kept($h, $c->{port}, $c->{returned_at});
 		push @{ $v{durable} }, 'an acknowledged grant is missing from the surviving history: ' . fmt_call($c)
-		  unless $fterm{ $c->{n} }{ $c->{res}{g} };
-		$last_ext{"$c->{n}\0$c->{res}{g}"} = $c;
+		  unless $fterm{ $c->{name} }{ $c->{result}{generation} };
+		$last_ext{"$c->{name}\0$c->{result}{generation}"} = $c;
 	}
 	my %unknown_ext;    # "n\0g" => [ t0 of renewals with unknown outcome ]
 	for my $c (@calls)
 	{
-		push @{ $unknown_ext{"$c->{n}\0$c->{g}"} }, $c->{t0}
-		  if $c->{k} eq 'renew' && $c->{u};
+		push @{ $unknown_ext{"$c->{name}\0$c->{generation}"} }, $c->{called_at}
+		  if $c->{kind} eq 'renew' && $c->{unknown_outcome};
 	}
 	for my $key (sort keys %last_ext)
 	{
 		my $c = $last_ext{$key};
-		my $ft = $fterm{ $c->{n} }{ $c->{res}{g} } or next;
+		my $ft = $fterm{ $c->{name} }{ $c->{result}{generation} } or next;
 		my $t = $ft->{term};
 		next unless defined $t->{how} && $t->{how} =~ /^(expired|taken over)$/;
-		next if grep { $_ > $c->{t0} } @{ $unknown_ext{$key} // [] };
+		next if grep { $_ > $c->{called_at} } @{ $unknown_ext{$key} // [] };
 		push @{ $v{durable} }, sprintf('an acknowledged renewal is lost: the term lapsed %d us before the expiry a client was given: %s / %s',
-			$c->{res}{exp} - $t->{end}, fmt_term($t), fmt_call($c))
-		  if $t->{end} < $c->{res}{exp};
+			$c->{result}{expires_at} - $t->{ended_at}, fmt_term($t), fmt_call($c))
+		  if $t->{ended_at} < $c->{result}{expires_at};
 	}
-	for my $c (grep { $_->{k} eq 'release' && !$_->{e} && $_->{ok} } @calls)
+	for my $c (grep { $_->{kind} eq 'release' && !$_->{sqlstate} && $_->{ok} } @calls)
 	{
-		next unless kept($h, $c->{port}, $c->{t1});
-		my $ft = $fterm{ $c->{n} }{ $c->{g} };
+		next unless kept($h, $c->{port}, $c->{returned_at});
+		my $ft = $fterm{ $c->{name} }{ $c->{generation} };
 		if (!$ft)
 		{
 			push @{ $v{durable} }, 'an acknowledged release names a term missing from the history: ' . fmt_call($c);
@@ -349,39 +363,39 @@ sub check
 	# of the term).
 	my $same_clock = sub {
 		my ($x, $y) = @_;
-		my ($lo, $hi) = (min($x->{t0}, $y->{t0}), max($x->{t1}, $y->{t1}));
+		my ($lo, $hi) = (min($x->{called_at}, $y->{called_at}), max($x->{returned_at}, $y->{returned_at}));
 		return !grep { $_->[0] < $hi && $_->[1] > $lo } @{ $h->{clock_changes} // [] };
 	};
 	my %by_client;
-	push @{ $by_client{ $_->{c} } }, $_ for sort { $a->{t0} <=> $b->{t0} } @calls;
+	push @{ $by_client{ $_->{client} } }, $_ for sort { $a->{called_at} <=> $b->{called_at} } @calls;
 	my %prev_ext;    # renewal => the client's call before it that extended its term
 	for my $list (values %by_client)
 	{
 		my %last;
 		for my $c (@$list)
 		{
-			if ($c->{k} eq 'renew')
+			if ($c->{kind} eq 'renew')
 			{
-				$prev_ext{$c} = $last{"$c->{n}\0$c->{g}"};
-				$last{"$c->{n}\0$c->{g}"} = $c;
+				$prev_ext{$c} = $last{"$c->{name}\0$c->{generation}"};
+				$last{"$c->{name}\0$c->{generation}"} = $c;
 			}
-			elsif ($c->{k} =~ /^(acquire|wait)$/ && $c->{res})
+			elsif ($c->{kind} =~ /^(acquire|wait)$/ && $c->{result})
 			{
-				$last{"$c->{n}\0$c->{res}{g}"} = $c;
+				$last{"$c->{name}\0$c->{result}{generation}"} = $c;
 			}
 		}
 	}
-	for my $c (grep { $_->{k} eq 'renew' && !$_->{e} && !$_->{res} } @calls)
+	for my $c (grep { $_->{kind} eq 'renew' && !$_->{sqlstate} && !$_->{result} } @calls)
 	{
-		next unless kept($h, $c->{port}, $c->{t1}) && defined $c->{st};
-		my $ft = $fterm{ $c->{n} }{ $c->{g} } or next;
+		next unless kept($h, $c->{port}, $c->{returned_at}) && defined $c->{server_time};
+		my $ft = $fterm{ $c->{name} }{ $c->{generation} } or next;
 		my $t = $ft->{term};
 		next unless defined $t->{how} && $t->{how} =~ /^(expired|taken over)$/;
 		my $p = $prev_ext{$c};
 		next unless $p && $same_clock->($p, $c);
 		push @{ $v{renew_null} }, sprintf('a renewal returned NULL %d us before its term lapsed: %s / %s',
-			$t->{end} - $c->{st}, fmt_call($c), fmt_term($t))
-		  if $c->{st} < $t->{end};
+			$t->{ended_at} - $c->{server_time}, fmt_call($c), fmt_term($t))
+		  if $c->{server_time} < $t->{ended_at};
 	}
 
 	# --- fenced_term, fenced_order ---------------------------------------------------
@@ -402,35 +416,35 @@ sub check
 	# and that grant (as the client saw them): across a step back, a
 	# later instant may read earlier.
 	my %granted;    # "c\0n\0g"
-	$granted{"$_->{c}\0$_->{n}\0$_->{res}{g}"} = 1 for @results;
+	$granted{"$_->{client}\0$_->{name}\0$_->{result}{generation}"} = 1 for @results;
 	my %grant;      # "n\0g" => the call that began the term, as far as a client was told
-	for my $c (grep { $_->{k} =~ /^(acquire|wait)$/ } @results)
+	for my $c (grep { $_->{kind} =~ /^(acquire|wait)$/ } @results)
 	{
-		my $key = "$c->{n}\0$c->{res}{g}";
-		$grant{$key} = $c if !$grant{$key} || $c->{t0} < $grant{$key}{t0};
+		my $key = "$c->{name}\0$c->{result}{generation}";
+		$grant{$key} = $c if !$grant{$key} || $c->{called_at} < $grant{$key}{called_at};
 	}
-	my %tag_call = map { $_->{tag} => $_ } grep { $_->{k} eq 'fenced' && $_->{ok} } @calls;
+	my %tag_call = map { $_->{tag} => $_ } grep { $_->{kind} eq 'fenced' && $_->{ok} } @calls;
 	my %rows_by_name;
 	for my $r (@{ $final->{rows} })
 	{
-		push @{ $rows_by_name{ $r->{n} } }, $r;
-		my $ft = $fterm{ $r->{n} }{ $r->{g} };
-		my $row = "row $r->{id} ($r->{tab}, $r->{n}, g=$r->{g}, client c$r->{c}, committed at "
-		  . ($r->{cts} // '?') . ')';
+		push @{ $rows_by_name{ $r->{name} } }, $r;
+		my $ft = $fterm{ $r->{name} }{ $r->{generation} };
+		my $row = "row $r->{id} ($r->{table}, $r->{name}, g=$r->{generation}, client c$r->{client}, committed at "
+		  . ($r->{committed_at} // '?') . ')';
 		push @{ $v{fenced_term} }, "$row was written under a generation its writer was never granted"
-		  unless $granted{"$r->{c}\0$r->{n}\0$r->{g}"};
+		  unless $granted{"$r->{client}\0$r->{name}\0$r->{generation}"};
 		if (!$ft)
 		{
 			push @{ $v{fenced_term} }, "$row: no such term in the history";
 			next;
 		}
-		next unless defined $r->{cts} && $ft->{next};
+		next unless defined $r->{committed_at} && $ft->{next};
 		my $fc = $tag_call{ $r->{tag} } or next;
-		my $gc = $grant{"$r->{n}\0$ft->{next}{g}"} or next;
+		my $gc = $grant{"$r->{name}\0$ft->{next}{generation}"} or next;
 		next unless $same_clock->($fc, $gc);
 		push @{ $v{fenced_term} }, sprintf('%s committed %d us after the next term began: %s / %s / %s', $row,
-			$r->{cts} - $ft->{next}{acq}, fmt_term($ft->{next}), fmt_call($fc), fmt_call($gc))
-		  if $r->{cts} > $ft->{next}{acq};
+			$r->{committed_at} - $ft->{next}{acquired_at}, fmt_term($ft->{next}), fmt_call($fc), fmt_call($gc))
+		  if $r->{committed_at} > $ft->{next}{acquired_at};
 	}
 	for my $n (sort keys %rows_by_name)
 	{
@@ -438,11 +452,11 @@ sub check
 		my $hi;
 		for my $r (@rows)
 		{
-			if ($hi && $r->{g} < $hi->{g})
+			if ($hi && $r->{generation} < $hi->{generation})
 			{
-				push @{ $v{fenced_order} }, "row $r->{id} of $n (g=$r->{g}, client c$r->{c}) came after row $hi->{id} (g=$hi->{g}, client c$hi->{c})";
+				push @{ $v{fenced_order} }, "row $r->{id} of $n (g=$r->{generation}, client c$r->{client}) came after row $hi->{id} (g=$hi->{generation}, client c$hi->{client})";
 			}
-			$hi = $r if !$hi || $r->{g} > $hi->{g};
+			$hi = $r if !$hi || $r->{generation} > $hi->{generation};
 		}
 	}
 
@@ -451,17 +465,17 @@ sub check
 	# became durable is drawn again after a crash)
 	my %tagged;
 	push @{ $tagged{ $_->{tag} } }, $_ for @{ $final->{rows} };
-	for my $c (grep { $_->{k} eq 'fenced' } @calls)
+	for my $c (grep { $_->{kind} eq 'fenced' } @calls)
 	{
 		my @rows = @{ $tagged{ $c->{tag} // '' } // [] };
 		if ($c->{ok})
 		{
-			next unless $c->{sc} eq 'on' && kept($h, $c->{port}, $c->{t1});
+			next unless $c->{synchronous_commit} eq 'on' && kept($h, $c->{port}, $c->{returned_at});
 			push @{ $v{fenced_durable} }, 'an acknowledged fenced commit lost its rows (' . scalar(@rows)
 			  . ' of ' . scalar(@{ $c->{ids} }) . ' left): ' . fmt_call($c)
 			  if @rows != @{ $c->{ids} };
 		}
-		elsif ($c->{e} && !$c->{u})
+		elsif ($c->{sqlstate} && !$c->{unknown_outcome})
 		{
 			push @{ $v{fenced_durable} }, 'a fenced transaction that failed left rows ('
 			  . join(', ', map { $_->{id} } @rows) . '): ' . fmt_call($c)
@@ -471,29 +485,29 @@ sub check
 
 	# --- events_stream ------------------------------------------------------------
 	my %conn;
-	push @{ $conn{"$_->{ln}/$_->{cn}"} }, $_ for grep { $_->{src} eq 'notify' } @{ $h->{notes} };
+	push @{ $conn{"$_->{listener}/$_->{connection}"} }, $_ for grep { $_->{source} eq 'notify' } @{ $h->{notes} };
 	for my $k (sort keys %conn)
 	{
 		my %prev;
 		for my $e (@{ $conn{$k} })
 		{
-			my $p = $prev{ $e->{n} };
+			my $p = $prev{ $e->{name} };
 			my $why = bad_step($p, $e);
 			push @{ $v{events_stream} }, "$why: " . fmt_note($p) . ' then ' . fmt_note($e) if $why;
 			push @{ $v{events_stream} }, 'event numbers went back: ' . fmt_note($p) . ' then ' . fmt_note($e)
 			  if $p && $e->{seq} <= $p->{seq};
-			$prev{ $e->{n} } = $e;
+			$prev{ $e->{name} } = $e;
 		}
 	}
 
 	# --- events_once --------------------------------------------------------------
 	my %ann;    # "n\0g\0begin|end" => { seq => event }
-	my @strict = grep { $_->{ev} ne 'renewed' && kept_visible($h, $_->{port}, $_->{t}) } @{ $h->{notes} };
-	push @strict, map { { %$_, src => 'hoplock_events(0)' } } grep { $_->{ev} ne 'renewed' } @{ $final->{events} };
+	my @strict = grep { $_->{event} ne 'renewed' && kept_visible($h, $_->{port}, $_->{received_at}) } @{ $h->{notes} };
+	push @strict, map { { %$_, source => 'hoplock_events(0)' } } grep { $_->{event} ne 'renewed' } @{ $final->{events} };
 	for my $e (@strict)
 	{
-		my $kind = $e->{ev} eq 'acquired' ? 'begin' : 'end';
-		$ann{"$e->{n}\0$e->{g}\0$kind"}{ $e->{seq} } //= $e;
+		my $kind = $e->{event} eq 'acquired' ? 'begin' : 'end';
+		$ann{"$e->{name}\0$e->{generation}\0$kind"}{ $e->{seq} } //= $e;
 	}
 	for my $key (sort keys %ann)
 	{
@@ -506,30 +520,30 @@ sub check
 
 	# --- events_history -----------------------------------------------------------
 	my %fev;
-	push @{ $fev{ $_->{n} } }, $_ for sort { $a->{seq} <=> $b->{seq} } @{ $final->{events} };
+	push @{ $fev{ $_->{name} } }, $_ for sort { $a->{seq} <=> $b->{seq} } @{ $final->{events} };
 	for my $n (sort keys %fev)
 	{
 		my $prev;
 		for my $e (@{ $fev{$n} })
 		{
-			my $why = !$prev && $e->{ev} ne 'acquired' ? "the first event of $n is $e->{ev}" : bad_step($prev, $e);
+			my $why = !$prev && $e->{event} ne 'acquired' ? "the first event of $n is $e->{event}" : bad_step($prev, $e);
 			push @{ $v{events_history} }, "hoplock_events(0): $why: " . ($prev ? fmt_note($prev) . ' then ' : '') . fmt_note($e) if $why;
 			$prev = $e;
 		}
 	}
 	my %fseq = map { $_->{seq} => $_ } @{ $final->{events} };
-	for my $e (grep { $_->{ev} ne 'renewed' && kept_visible($h, $_->{port}, $_->{t}) } @{ $h->{notes} })
+	for my $e (grep { $_->{event} ne 'renewed' && kept_visible($h, $_->{port}, $_->{received_at}) } @{ $h->{notes} })
 	{
 		my $f = $fseq{ $e->{seq} };
 		push @{ $v{events_history} }, 'an event sent is not in hoplock_events(0): ' . fmt_note($e)
 		  . ($f ? ' (that number is ' . fmt_note($f) . ')' : '')
-		  unless $f && $f->{ev} eq $e->{ev} && $f->{n} eq $e->{n} && $f->{g} == $e->{g} && $f->{o} eq $e->{o};
+		  unless $f && $f->{event} eq $e->{event} && $f->{name} eq $e->{name} && $f->{generation} == $e->{generation} && $f->{owner} eq $e->{owner};
 	}
 
 	# --- final_state --------------------------------------------------------------
 	push @{ $v{final_state} }, "lapsed term not announced: $_" for @{ $final->{unannounced} // [] };
 	push @{ $v{final_state} }, "amcheck: $_" for @{ $final->{amcheck} // [] };
-	my %lease = map { $_->{n} => $_ } @{ $final->{leases} };
+	my %lease = map { $_->{name} => $_ } @{ $final->{leases} };
 	for my $n (sort keys %$fterms)
 	{
 		my $t = $fterms->{$n}[-1];
@@ -539,14 +553,14 @@ sub check
 			push @{ $v{final_state} }, "no lease row for $n, whose last term is " . fmt_term($t);
 			next;
 		}
-		my $want = !defined $t->{end} ? 'h' : $t->{how} =~ /^(expired|taken over)$/ ? 'x' : 'r';
-		push @{ $v{final_state} }, "lease row of $n (state $l->{state}, g=$l->{g}, owner $l->{o}, acquired $l->{acq}) disagrees with its last term "
+		my $want = !defined $t->{ended_at} ? 'h' : $t->{how} =~ /^(expired|taken over)$/ ? 'x' : 'r';
+		push @{ $v{final_state} }, "lease row of $n (state $l->{state}, g=$l->{generation}, owner $l->{owner}, acquired $l->{acquired_at}) disagrees with its last term "
 		  . fmt_term($t)
-		  if $l->{g} != $t->{g} || $l->{state} ne $want || $l->{o} ne $t->{o} || $l->{acq} != $t->{acq};
+		  if $l->{generation} != $t->{generation} || $l->{state} ne $want || $l->{owner} ne $t->{owner} || $l->{acquired_at} != $t->{acquired_at};
 	}
 	for my $n (sort keys %lease)
 	{
-		push @{ $v{final_state} }, "lease row of $n (g=$lease{$n}{g}) has no term in the history"
+		push @{ $v{final_state} }, "lease row of $n (g=$lease{$n}{generation}) has no term in the history"
 		  unless $fterms->{$n};
 	}
 
@@ -559,12 +573,12 @@ sub check
 		my $old = by_name($h->{old}{$port}{history});
 		for my $n (sort keys %$old)
 		{
-			my %new = map { $_->{g} => 1 } @{ $fterms->{$n} // [] };
-			my @present = grep { $new{ $_->{g} } } @{ $old->{$n} };
-			my @missing = grep { !$new{ $_->{g} } } @{ $old->{$n} };
+			my %new = map { $_->{generation} => 1 } @{ $fterms->{$n} // [] };
+			my @present = grep { $new{ $_->{generation} } } @{ $old->{$n} };
+			my @missing = grep { !$new{ $_->{generation} } } @{ $old->{$n} };
 			next unless @present && @missing;
-			my $top = max(map { $_->{g} } @present);
-			my @hole = grep { $_->{g} < $top } @missing;
+			my $top = max(map { $_->{generation} } @present);
+			my @hole = grep { $_->{generation} < $top } @missing;
 			push @{ $v{async_suffix} }, "promotion from $port lost terms of $n before later ones it kept (kept up to g=$top): "
 			  . join(' / ', map { fmt_term($_) } @hole)
 			  if @hole;
@@ -583,35 +597,35 @@ sub counts
 	my %n;
 	my @calls = @{ $h->{calls} };
 	$n{calls} = scalar @calls;
-	$n{"calls_$_->{k}"}++ for @calls;
-	$n{errors}++ for grep { $_->{e} } @calls;
-	$n{"sqlstate_$_->{e}"}++ for grep { $_->{e} } @calls;
-	$n{unknown_outcome} = grep { $_->{u} } @calls;
-	$n{granted} = grep { $_->{k} =~ /^(acquire|wait)$/ && acked_result($_) } @calls;
-	$n{contended} = grep { $_->{k} =~ /^(acquire|wait)$/ && !$_->{e} && !$_->{res} } @calls;
-	$n{renewed} = grep { $_->{k} eq 'renew' && acked_result($_) } @calls;
-	$n{renew_null} = grep { $_->{k} eq 'renew' && !$_->{e} && !$_->{res} } @calls;
-	$n{renew_late} = grep { $_->{k} eq 'renew' && $_->{late} } @calls;
-	$n{hung} = grep { $_->{k} eq 'fenced' && $_->{hung} } @calls;
-	$n{hung_ended} = grep { $_->{k} eq 'fenced' && $_->{hung} && ($_->{em} // '') =~ /administrator command/ } @calls;
-	$n{released} = grep { $_->{k} eq 'release' && !$_->{e} && $_->{ok} } @calls;
-	$n{session_bound} = grep { $_->{k} =~ /^(acquire|wait)$/ && acked_result($_) && $_->{sb} } @calls;
-	my @f = grep { $_->{k} eq 'fenced' } @calls;
+	$n{"calls_$_->{kind}"}++ for @calls;
+	$n{errors}++ for grep { $_->{sqlstate} } @calls;
+	$n{"sqlstate_$_->{sqlstate}"}++ for grep { $_->{sqlstate} } @calls;
+	$n{unknown_outcome} = grep { $_->{unknown_outcome} } @calls;
+	$n{granted} = grep { $_->{kind} =~ /^(acquire|wait)$/ && acked_result($_) } @calls;
+	$n{contended} = grep { $_->{kind} =~ /^(acquire|wait)$/ && !$_->{sqlstate} && !$_->{result} } @calls;
+	$n{renewed} = grep { $_->{kind} eq 'renew' && acked_result($_) } @calls;
+	$n{renew_null} = grep { $_->{kind} eq 'renew' && !$_->{sqlstate} && !$_->{result} } @calls;
+	$n{renew_late} = grep { $_->{kind} eq 'renew' && $_->{late} } @calls;
+	$n{hung} = grep { $_->{kind} eq 'fenced' && $_->{hung} } @calls;
+	$n{hung_ended} = grep { $_->{kind} eq 'fenced' && $_->{hung} && ($_->{message} // '') =~ /administrator command/ } @calls;
+	$n{released} = grep { $_->{kind} eq 'release' && !$_->{sqlstate} && $_->{ok} } @calls;
+	$n{session_bound} = grep { $_->{kind} =~ /^(acquire|wait)$/ && acked_result($_) && $_->{session_bound} } @calls;
+	my @f = grep { $_->{kind} eq 'fenced' } @calls;
 	$n{fenced_txns} = @f;
 	$n{fenced_committed} = grep { $_->{ok} } @f;
-	$n{fenced_refused} = grep { ($_->{e} // '') eq '55P03' } @f;
-	$n{"fenced_$_->{iso}"}++ for grep { $_->{ok} } @f;
+	$n{fenced_refused} = grep { ($_->{sqlstate} // '') eq '55P03' } @f;
+	$n{"fenced_$_->{isolation}"}++ for grep { $_->{ok} } @f;
 	$n{fenced_rows} = scalar @{ $h->{final}{rows} };
 	my %tags = map { $_->{tag} => 1 } @{ $h->{final}{rows} };
-	$n{fenced_rows_lost_async_commit} = grep { $_->{ok} && $_->{sc} eq 'off' && !$tags{ $_->{tag} } } @f;
+	$n{fenced_rows_lost_async_commit} = grep { $_->{ok} && $_->{synchronous_commit} eq 'off' && !$tags{ $_->{tag} } } @f;
 	$n{terms} = scalar @{ $h->{final}{history} };
 	$n{"ended_$_->{how}"}++ for grep { defined $_->{how} } @{ $h->{final}{history} };
-	$n{events_notified} = grep { $_->{src} eq 'notify' } @{ $h->{notes} };
-	$n{"notified_$_->{ev}"}++ for grep { $_->{src} eq 'notify' } @{ $h->{notes} };
+	$n{events_notified} = grep { $_->{source} eq 'notify' } @{ $h->{notes} };
+	$n{"notified_$_->{event}"}++ for grep { $_->{source} eq 'notify' } @{ $h->{notes} };
 	$n{events_final} = scalar @{ $h->{final}{events} };
-	my %fterm = map { ("$_->{n}\0$_->{g}" => 1) } @{ $h->{final}{history} };
+	my %fterm = map { ("$_->{name}\0$_->{generation}" => 1) } @{ $h->{final}{history} };
 	my %lost;
-	$lost{"$_->{n}\0$_->{res}{g}"} = 1 for grep { acked_result($_) && !$fterm{"$_->{n}\0$_->{res}{g}"} } @calls;
+	$lost{"$_->{name}\0$_->{result}{generation}"} = 1 for grep { acked_result($_) && !$fterm{"$_->{name}\0$_->{result}{generation}"} } @calls;
 	$n{grants_lost_in_async_promotion} = scalar keys %lost;
 	$n{$_} //= 0 for qw(contended fenced_refused);
 	return \%n;
@@ -624,29 +638,29 @@ sub counts
 sub sample
 {
 	my $s = 1_800_000_000_000_000;    # server time, us
-	my %c = (sc => 'on', port => 1);
+	my %c = (synchronous_commit => 'on', port => 1);
 	my @calls = (
-		{ %c, c => 1, k => 'acquire', n => 'a', o => 'o1', t0 => 1.0, t1 => 1.1, res => { g => 1, o => 'o1', acq => $s, exp => $s + 300_000 }, st => $s },
-		{ %c, c => 1, k => 'fenced', n => 'a', g => 1, t0 => 1.2, t1 => 1.3, ok => 1, ids => [1], tag => 'c1.1' },
-		{ %c, c => 1, k => 'renew', n => 'a', o => 'o1', g => 1, t0 => 1.3, t1 => 1.35, res => { g => 1, o => 'o1', acq => $s, exp => $s + 600_000 }, st => $s + 300_000 },
-		{ %c, c => 2, k => 'acquire', n => 'a', o => 'o2', t0 => 1.4, t1 => 1.45, res => undef, st => $s + 400_000 },
-		{ %c, c => 1, k => 'renew', n => 'a', o => 'o1', g => 1, t0 => 2.0, t1 => 2.05, res => undef, st => $s + 1_000_000 },
-		{ %c, c => 2, k => 'wait', n => 'a', o => 'o2', t0 => 1.5, t1 => 1.65, res => { g => 2, o => 'o2', acq => $s + 600_000, exp => $s + 900_000 }, st => $s + 600_000 },
-		{ %c, c => 2, k => 'fenced', n => 'a', g => 2, t0 => 1.7, t1 => 1.75, ok => 1, ids => [2], tag => 'c2.1' },
-		{ %c, c => 1, k => 'fenced', n => 'a', g => 1, t0 => 2.1, t1 => 2.15, e => '55P03', ids => [], tag => 'c1.2' },
-		{ %c, c => 2, k => 'release', n => 'a', o => 'o2', g => 2, t0 => 1.8, t1 => 1.85, ok => 1, st => $s + 800_000 },
+		{ %c, client => 1, kind => 'acquire', name => 'a', owner => 'o1', called_at => 1.0, returned_at => 1.1, result => { generation => 1, owner => 'o1', acquired_at => $s, expires_at => $s + 300_000 }, server_time => $s },
+		{ %c, client => 1, kind => 'fenced', name => 'a', generation => 1, called_at => 1.2, returned_at => 1.3, ok => 1, ids => [1], tag => 'c1.1' },
+		{ %c, client => 1, kind => 'renew', name => 'a', owner => 'o1', generation => 1, called_at => 1.3, returned_at => 1.35, result => { generation => 1, owner => 'o1', acquired_at => $s, expires_at => $s + 600_000 }, server_time => $s + 300_000 },
+		{ %c, client => 2, kind => 'acquire', name => 'a', owner => 'o2', called_at => 1.4, returned_at => 1.45, result => undef, server_time => $s + 400_000 },
+		{ %c, client => 1, kind => 'renew', name => 'a', owner => 'o1', generation => 1, called_at => 2.0, returned_at => 2.05, result => undef, server_time => $s + 1_000_000 },
+		{ %c, client => 2, kind => 'wait', name => 'a', owner => 'o2', called_at => 1.5, returned_at => 1.65, result => { generation => 2, owner => 'o2', acquired_at => $s + 600_000, expires_at => $s + 900_000 }, server_time => $s + 600_000 },
+		{ %c, client => 2, kind => 'fenced', name => 'a', generation => 2, called_at => 1.7, returned_at => 1.75, ok => 1, ids => [2], tag => 'c2.1' },
+		{ %c, client => 1, kind => 'fenced', name => 'a', generation => 1, called_at => 2.1, returned_at => 2.15, sqlstate => '55P03', ids => [], tag => 'c1.2' },
+		{ %c, client => 2, kind => 'release', name => 'a', owner => 'o2', generation => 2, called_at => 1.8, returned_at => 1.85, ok => 1, server_time => $s + 800_000 },
 	);
 	my @history = (
-		{ n => 'a', g => 1, o => 'o1', acq => $s, end => $s + 600_000, how => 'taken over' },
-		{ n => 'a', g => 2, o => 'o2', acq => $s + 600_000, end => $s + 800_000, how => 'released' },
+		{ name => 'a', generation => 1, owner => 'o1', acquired_at => $s, ended_at => $s + 600_000, how => 'taken over' },
+		{ name => 'a', generation => 2, owner => 'o2', acquired_at => $s + 600_000, ended_at => $s + 800_000, how => 'released' },
 	);
 	my @events = (
-		{ seq => 1, ev => 'acquired', n => 'a', o => 'o1', g => 1 },
-		{ seq => 2, ev => 'expired', n => 'a', o => 'o1', g => 1 },
-		{ seq => 3, ev => 'acquired', n => 'a', o => 'o2', g => 2 },
-		{ seq => 4, ev => 'released', n => 'a', o => 'o2', g => 2 },
+		{ seq => 1, event => 'acquired', name => 'a', owner => 'o1', generation => 1 },
+		{ seq => 2, event => 'expired', name => 'a', owner => 'o1', generation => 1 },
+		{ seq => 3, event => 'acquired', name => 'a', owner => 'o2', generation => 2 },
+		{ seq => 4, event => 'released', name => 'a', owner => 'o2', generation => 2 },
 	);
-	my @notes = map { { %$_, src => 'notify', ln => 1, cn => 1, port => 1, t => 1 + $_->{seq} / 10 } } @events;
+	my @notes = map { { %$_, source => 'notify', listener => 1, connection => 1, port => 1, received_at => 1 + $_->{seq} / 10 } } @events;
 	return {
 		calls => \@calls,
 		notes => \@notes,
@@ -654,10 +668,10 @@ sub sample
 		final => {
 			history => \@history,
 			events => [ map { {%$_} } @events ],
-			leases => [ { n => 'a', state => 'r', o => 'o2', g => 2, acq => $s + 600_000, exp => $s + 800_000 } ],
+			leases => [ { name => 'a', state => 'r', owner => 'o2', generation => 2, acquired_at => $s + 600_000, expires_at => $s + 800_000 } ],
 			rows => [
-				{ id => 1, tab => 'f', n => 'a', g => 1, c => 1, tag => 'c1.1', cts => $s + 200_000 },
-				{ id => 2, tab => 't', n => 'a', g => 2, c => 2, tag => 'c2.1', cts => $s + 700_000 },
+				{ id => 1, table => 'f', name => 'a', generation => 1, client => 1, tag => 'c1.1', committed_at => $s + 200_000 },
+				{ id => 2, table => 't', name => 'a', generation => 2, client => 2, tag => 'c2.1', committed_at => $s + 700_000 },
 			],
 			unannounced => [], amcheck => [], crashes => [],
 		},
@@ -668,27 +682,27 @@ sub sample
 
 # [ check, what is changed, sub changing a sample ]
 our @MUTATIONS = (
-	[ overlap => 'the second term begins before the first ended', sub { $_[0]{final}{history}[1]{acq} -= 200_000 } ],
+	[ overlap => 'the second term begins before the first ended', sub { $_[0]{final}{history}[1]{acquired_at} -= 200_000 } ],
 	[ reuse => 'a generation handed to another owner', sub {
-		push @{ $_[0]{calls} }, { %{ $_[0]{calls}[0] }, c => 3, o => 'o3', t0 => 3, t1 => 3.1, res => { %{ $_[0]{calls}[0]{res} }, o => 'o3' } } } ],
+		push @{ $_[0]{calls} }, { %{ $_[0]{calls}[0] }, client => 3, owner => 'o3', called_at => 3, returned_at => 3.1, result => { %{ $_[0]{calls}[0]{result} }, owner => 'o3' } } } ],
 	[ order => 'a new term below one acknowledged earlier', sub {
-		push @{ $_[0]{calls} }, { %{ $_[0]{calls}[0] }, c => 3, o => 'o3', port => 2, t0 => 3, t1 => 3.1, res => { g => 0.5, o => 'o3', acq => 1, exp => 2 } } } ],
+		push @{ $_[0]{calls} }, { %{ $_[0]{calls}[0] }, client => 3, owner => 'o3', port => 2, called_at => 3, returned_at => 3.1, result => { generation => 0.5, owner => 'o3', acquired_at => 1, expires_at => 2 } } } ],
 	[ durable => 'an acknowledged grant missing after a crash', sub { pop @{ $_[0]{final}{history} } } ],
-	[ renew_null => 'a renewal NULL before the term lapsed', sub { $_[0]{calls}[4]{st} = $_[0]{final}{history}[0]{end} - 1 } ],
-	[ fenced_term => 'a row committed after the next term began', sub { $_[0]{final}{rows}[0]{cts} = $_[0]{final}{history}[1]{acq} + 1 } ],
+	[ renew_null => 'a renewal NULL before the term lapsed', sub { $_[0]{calls}[4]{server_time} = $_[0]{final}{history}[0]{ended_at} - 1 } ],
+	[ fenced_term => 'a row committed after the next term began', sub { $_[0]{final}{rows}[0]{committed_at} = $_[0]{final}{history}[1]{acquired_at} + 1 } ],
 	[ fenced_order => 'rows out of generation order', sub { $_[0]{final}{rows}[0]{id} = 3 } ],
 	[ fenced_durable => 'a refused transaction left its row', sub {
-		push @{ $_[0]{final}{rows} }, { id => 5, tab => 'f', n => 'a', g => 1, c => 1, tag => 'c1.2', cts => $_[0]{final}{rows}[0]{cts} } } ],
+		push @{ $_[0]{final}{rows} }, { id => 5, table => 'f', name => 'a', generation => 1, client => 1, tag => 'c1.2', committed_at => $_[0]{final}{rows}[0]{committed_at} } } ],
 	[ events_stream => 'an acquired without the end of the term before', sub { splice(@{ $_[0]{notes} }, 1, 1) } ],
 	[ events_once => 'an expiry announced again after a crash', sub {
-		push @{ $_[0]{notes} }, { %{ $_[0]{notes}[1] }, seq => 9, cn => 2, t => 5 } } ],
+		push @{ $_[0]{notes} }, { %{ $_[0]{notes}[1] }, seq => 9, connection => 2, received_at => 5 } } ],
 	[ events_history => 'an event sent that hoplock_events(0) does not have', sub { splice(@{ $_[0]{final}{events} }, 3, 1) } ],
 	[ final_state => 'the lease row disagrees with the history', sub { $_[0]{final}{leases}[0]{state} = 'x' } ],
 	[ no_crash => 'a server process crashed', sub { push @{ $_[0]{final}{crashes} }, 'LOG: server process (PID 1) was terminated by signal 11' } ],
 	[ async_suffix => 'a promotion lost a term in the middle', sub {
 		my $old = $_[0]{old}{9}{history};
-		push @$old, { %{ $old->[1] }, g => 3, acq => $old->[1]{end}, end => $old->[1]{end} + 1 };
-		$old->[0]{g} = 0.5 } ],
+		push @$old, { %{ $old->[1] }, generation => 3, acquired_at => $old->[1]{ended_at}, ended_at => $old->[1]{ended_at} + 1 };
+		$old->[0]{generation} = 0.5 } ],
 );
 
 # Returns [ check, what, detected (bool), messages ] for each mutation, and
