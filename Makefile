@@ -5,6 +5,7 @@ OBJS = \
 	src/args.o \
 	src/bound.o \
 	src/branch.o \
+	src/candidates.o \
 	src/dbhooks.o \
 	src/delivery.o \
 	src/eventlog.o \

@@ -161,3 +161,36 @@ COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
 
 COMMENT ON TABLE hoplock_internal.history IS
     'the terms of the leases, newest hoplock.history_size kept: how each ended (begin_seq and end_seq: the numbers of its events in 1.1; 0 and NULL since 1.2, whose events are in the event log)';
+
+-- hoplock_wait: candidates with a priority.  A new argument is a new
+-- function: the old one goes.
+DROP FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean);
+
+CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, timeout interval,
+                                         session_bound boolean DEFAULT false,
+                                         priority integer DEFAULT 0)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_wait'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer) IS
+    'acquire the lease as soon as it can be had, as a candidate of the given priority; NULL after timeout';
+
+-- The sessions waiting in hoplock_wait: a freed lease goes to the one
+-- with the highest priority, among equals to the one waiting longest.
+CREATE FUNCTION hoplock_internal.candidates(
+    OUT name text, OUT owner text, OUT priority integer,
+    OUT waiting_since timestamptz, OUT pid integer, OUT role text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'hoplock_candidates'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW @extschema@.hoplock_candidates AS
+    SELECT c.name, c.owner, c.priority, c.waiting_since, c.pid, c.role
+      FROM hoplock_internal.candidates() AS c
+     ORDER BY c.name, c.priority DESC, c.waiting_since, c.pid;
+
+GRANT SELECT ON @extschema@.hoplock_candidates TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.hoplock_candidates IS
+    'the sessions waiting in hoplock_wait, per lease in the order a freed lease goes to them';

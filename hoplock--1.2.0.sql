@@ -105,13 +105,14 @@ COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean) I
     'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it';
 
 CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, timeout interval,
-                                         session_bound boolean DEFAULT false)
+                                         session_bound boolean DEFAULT false,
+                                         priority integer DEFAULT 0)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_wait'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean) IS
-    'acquire the lease as soon as it can be had; NULL after timeout';
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer) IS
+    'acquire the lease as soon as it can be had, as a candidate of the given priority; NULL after timeout';
 
 CREATE FUNCTION @extschema@.hoplock_renew(name text, owner text, ttl interval)
 RETURNS @extschema@.hoplock_lease
@@ -258,6 +259,25 @@ GRANT SELECT ON @extschema@.hoplock_workers TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.hoplock_workers IS
     'the expiry workers: one row per database hoplock should serve, with the reason when it has no worker';
+
+-- The sessions waiting in hoplock_wait: a freed lease goes to the one
+-- with the highest priority, among equals to the one waiting longest.
+CREATE FUNCTION hoplock_internal.candidates(
+    OUT name text, OUT owner text, OUT priority integer,
+    OUT waiting_since timestamptz, OUT pid integer, OUT role text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'hoplock_candidates'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW @extschema@.hoplock_candidates AS
+    SELECT c.name, c.owner, c.priority, c.waiting_since, c.pid, c.role
+      FROM hoplock_internal.candidates() AS c
+     ORDER BY c.name, c.priority DESC, c.waiting_since, c.pid;
+
+GRANT SELECT ON @extschema@.hoplock_candidates TO PUBLIC;
+
+COMMENT ON VIEW @extschema@.hoplock_candidates IS
+    'the sessions waiting in hoplock_wait, per lease in the order a freed lease goes to them';
 
 -- Counters of each database, kept in shared memory (not written per call).
 CREATE FUNCTION hoplock_internal.stats(

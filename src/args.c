@@ -227,6 +227,16 @@ hl_arg_bool(FunctionCallInfo fcinfo, int argno, const char *argname)
 	return PG_GETARG_BOOL(argno);
 }
 
+/* A required integer; 0 if the SQL declaration has no such argument. */
+int32
+hl_arg_int32(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_NARGS() <= argno)
+		return 0;
+	check_not_null(fcinfo, argno, argname);
+	return PG_GETARG_INT32(argno);
+}
+
 /* Any other required text argument, such as a handle. */
 text *
 hl_arg_text(FunctionCallInfo fcinfo, int argno, const char *argname)

@@ -94,7 +94,7 @@ hoplock_acquire(PG_FUNCTION_ARGS)
 	return cas_returning_lease(fcinfo, &req);
 }
 
-/* hoplock_wait(name, owner, ttl, timeout, session_bound) */
+/* hoplock_wait(name, owner, ttl, timeout, session_bound, priority) */
 Datum
 hoplock_wait(PG_FUNCTION_ARGS)
 {
@@ -109,6 +109,7 @@ hoplock_wait(PG_FUNCTION_ARGS)
 	req.ttl = hl_arg_ttl(fcinfo, 2);
 	timeout = hl_arg_timeout(fcinfo, 3);
 	req.session_bound = hl_arg_bool(fcinfo, 4, "session_bound");
+	req.priority = hl_arg_int32(fcinfo, 5, "priority");
 	if (req.session_bound)
 		hl_session_prepare();
 

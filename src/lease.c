@@ -51,6 +51,7 @@
 #include "postgres.h"
 
 #include "bound.h"
+#include "candidates.h"
 #include "branch.h"
 #include "events.h"
 #include "floor.h"
@@ -799,6 +800,11 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	}
 	else
 		action = decide(req, curp, now);
+
+	/* a free lease goes to its first candidate, if it has any */
+	if (action == ACTION_NEW_TERM && req->op == LEASE_OP_ACQUIRE &&
+		!hl_candidate_may_take(req->name))
+		action = ACTION_HELD_ELSEWHERE;
 
 	if (action == ACTION_NONE || action == ACTION_HELD_ELSEWHERE)
 	{

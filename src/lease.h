@@ -35,6 +35,7 @@ typedef struct LeaseRequest
 	int64		generation;		/* renew, release: 0 means any */
 	text	   *handle;			/* write, delete; NULL: "no state" */
 	bool		session_bound;	/* acquire: bind the term to this session */
+	int32		priority;		/* wait: the candidate's priority */
 	int32		session_pid;	/* session_end: the session that ended */
 	TimestampTz session_start;
 	bool		busy_is_contention; /* a locked table is contention (waits,

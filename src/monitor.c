@@ -10,6 +10,7 @@
  */
 #include "postgres.h"
 
+#include "candidates.h"
 #include "compat.h"
 #include "lease.h"
 #include "shmem.h"
@@ -27,6 +28,7 @@ PG_FUNCTION_INFO_V1(hoplock_worker_status);
 PG_FUNCTION_INFO_V1(hoplock_blocker);
 PG_FUNCTION_INFO_V1(hoplock_stats);
 PG_FUNCTION_INFO_V1(hoplock_stats_reset);
+PG_FUNCTION_INFO_V1(hoplock_candidates);
 
 /*
  * hoplock_internal.serve_this_database(): called by the install script, so
@@ -309,5 +311,36 @@ hoplock_stats_reset(PG_FUNCTION_ARGS)
 		slot->stats_reset = GetCurrentTimestamp();
 	}
 	LWLockRelease(slot->lock);
+	PG_RETURN_VOID();
+}
+
+/*
+ * hoplock_internal.candidates(): the sessions waiting in hoplock_wait for
+ * this database's leases, for the view hoplock_candidates.
+ */
+Datum
+hoplock_candidates(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HlCandidateRow *rows;
+	int			n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	n = hl_candidates_list(&rows);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[6];
+		bool		nulls[6] = {0};
+		char	   *role = GetUserNameFromId(rows[i].roleid, true);
+
+		values[0] = PointerGetDatum(rows[i].name);
+		values[1] = PointerGetDatum(rows[i].owner);
+		values[2] = Int32GetDatum(rows[i].priority);
+		values[3] = TimestampTzGetDatum(rows[i].since);
+		values[4] = Int32GetDatum(rows[i].pid);
+		values[5] = role ? CStringGetTextDatum(role) : (Datum) 0;
+		nulls[5] = (role == NULL);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
 	PG_RETURN_VOID();
 }

@@ -126,10 +126,17 @@ evdbs_offset(void)
 }
 
 static Size
+candidates_offset(void)
+{
+	return MAXALIGN(add_size(evdbs_offset(),
+							 mul_size(event_dbs(), sizeof(HlEventDb))));
+}
+
+static Size
 shared_size(void)
 {
-	return add_size(evdbs_offset(),
-					mul_size(event_dbs(), sizeof(HlEventDb)));
+	return add_size(candidates_offset(),
+					mul_size(total_procs(), sizeof(HlCandidate)));
 }
 
 /* Entries of the table of names waited for: one per backend at most */
@@ -210,6 +217,10 @@ shmem_startup(void)
 		hl_shared->evdbs = (HlEventDb *) ((char *) hl_shared + evdbs_offset());
 		for (int i = 0; i < hl_shared->nevdbs; i++)
 			hl_shared->evdbs[i].lock = &locks[2 + hl_max_databases + i].lock;
+		hl_shared->candidates = (HlCandidate *)
+			((char *) hl_shared + candidates_offset());
+		pg_atomic_init_u32(&hl_shared->ncandidates, 0);
+		pg_atomic_init_u64(&hl_shared->candidate_seq, 0);
 		rings = (char *) hl_shared + rings_offset();
 		for (int i = 0; i < hl_max_databases; i++)
 		{
@@ -438,7 +449,19 @@ hl_wait_key(text *name, HlWaitKey *key)
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 	Size		total = HL_SECRET_BYTES + sizeof(Oid) + len;
 
+	/* the last name's key, kept: a term change asks for it more than once */
+	static char last_name[HL_MAX_NAME_BYTES];
+	static int	last_len = -1;
+	static Oid	last_db = InvalidOid;
+	static HlWaitKey last_key;
+
 	Assert(hl_shared != NULL);
+	if (len == last_len && MyDatabaseId == last_db &&
+		memcmp(VARDATA_ANY(name), last_name, len) == 0)
+	{
+		*key = last_key;
+		return;
+	}
 	if (total > sizeof(buf))
 		data = palloc(total);
 	memcpy(data, hl_shared->secret, HL_SECRET_BYTES);
@@ -451,6 +474,14 @@ hl_wait_key(text *name, HlWaitKey *key)
 	memset(key, 0, sizeof(*key));
 	key->dboid = MyDatabaseId;
 	memcpy(&key->digest, digest, sizeof(key->digest));
+
+	if (len <= HL_MAX_NAME_BYTES)
+	{
+		memcpy(last_name, VARDATA_ANY(name), len);
+		last_len = len;
+		last_db = MyDatabaseId;
+		last_key = *key;
+	}
 }
 
 static LWLock *
@@ -536,6 +567,13 @@ hl_wait_unregister(void)
 		(void) hash_search_with_hash_value(wait_table, &entry->key,
 										   my_wait_hash, HASH_REMOVE, NULL);
 	LWLockRelease(lock);
+}
+
+/* The lock of the partition of the wait table that "key" falls in */
+LWLock *
+hl_wait_lock_for(const HlWaitKey *key)
+{
+	return wait_partition_lock(get_hash_value(wait_table, key));
 }
 
 /*

@@ -16,7 +16,8 @@
  *		- hl_shared->seq_lock: which database has which evdbs[] entry;
  *		- evdb->lock: a database's event numbers, and the seqs[] entries
  *		  of its backends;
- *		- wait_locks[]: the partitions of the table of names waited for.
+ *		- wait_locks[]: the partitions of the table of names waited for,
+ *		  and the candidates[] entries of the names of each partition.
  *		A process may take a slot's lock while holding hl_shared->lock,
  *		an evdbs[] entry's while holding seq_lock, and the overflow
  *		entry's (evdbs[0]) while holding another entry's, never the other
@@ -181,6 +182,25 @@ typedef struct HlWaitKey
 	uint64		digest;
 } HlWaitKey;
 
+/*
+ * A candidate (candidates.c): a backend waiting for a lease in
+ * hoplock_wait, one entry per PGPROC.  Written by its own backend under the
+ * lock of its key's partition of the wait table, read under it.
+ */
+typedef struct HlCandidate
+{
+	HlWaitKey	key;			/* key.dboid 0: not a candidate */
+	int32		priority;
+	int32		pid;
+	Oid			roleid;
+	uint64		seq;			/* order of arrival, across the server */
+	TimestampTz since;
+	uint16		namelen;
+	uint16		ownerlen;
+	char		name[HL_MAX_NAME_BYTES];
+	char		owner[HL_MAX_NAME_BYTES];
+} HlCandidate;
+
 typedef struct HlShared
 {
 	LWLock	   *lock;			/* slot allocation, launcher fields */
@@ -206,6 +226,9 @@ typedef struct HlShared
 											 * shared memory: keys the
 											 * choice of condition variables */
 	LWLock	   *wait_locks[HL_WAIT_PARTITIONS];
+	HlCandidate *candidates;	/* per PGPROC */
+	pg_atomic_uint32 ncandidates;	/* entries in use, across the server */
+	pg_atomic_uint64 candidate_seq; /* the last seq handed out */
 	HlDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } HlShared;
 
@@ -230,6 +253,7 @@ extern void hl_wait_key(text *name, HlWaitKey *key);
 extern ConditionVariable *hl_wait_register(const HlWaitKey *key);
 extern void hl_wait_unregister(void);
 extern void hl_wake_waiters(const HlWaitKey *key);
+extern LWLock *hl_wait_lock_for(const HlWaitKey *key);
 extern ConditionVariable *hl_watch_register(Oid dboid);
 extern void hl_wake_event_readers(Oid dboid);
 extern void hl_wake_launcher(Oid dboid);

@@ -43,6 +43,7 @@
  */
 #include "postgres.h"
 
+#include "candidates.h"
 #include "compat.h"
 #include "hoplock.h"
 #include "lease.h"
@@ -270,7 +271,7 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 {
 	TimestampTz deadline;
 	ConditionVariable *volatile cv;
-	bool		acquired;
+	volatile bool acquired = false;
 
 	req->busy_is_contention = true;
 	deadline = GetCurrentTimestamp();
@@ -281,11 +282,14 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 	cv = start_waiting(req->name);
 	PG_TRY();
 	{
+		/* a candidate from now on: a freed lease goes to the first */
+		hl_candidate_enter(req->name, req->owner, req->priority);
 		acquired = wait_loop(req, deadline, cv, result);
 	}
 	PG_FINALLY();
 	{
 		hl_wait_unregister();
+		hl_candidate_leave(acquired);
 	}
 	PG_END_TRY();
 	return acquired;
