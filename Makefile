@@ -108,13 +108,16 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# Each object depends on the headers it includes, as the compiler lists
-# them in src/x.o.d (PGXS tracks none unless the server was configured
-# with --enable-depend).
+# Each object, and its bitcode for the JIT, depends on the headers it
+# includes, as the compiler lists them in src/x.o.d (PGXS tracks none
+# unless the server was configured with --enable-depend).  GCC and clang
+# only, as PostgreSQL's own dependency tracking.
+ifeq ($(GCC), yes)
 src/%.o: src/%.c
-	$(COMPILE.c) -MMD -MP -MF $@.d -o $@ $<
-EXTRA_CLEAN += $(OBJS:.o=.o.d)
+	$(COMPILE.c) -MMD -MP -MF $@.d -MT $@ -MT $(@:.o=.bc) -o $@ $<
 -include $(OBJS:.o=.o.d)
+endif
+EXTRA_CLEAN += $(OBJS:.o=.o.d)
 
 # The suites one by one, so that scripts/test can run them all and count.
 .PHONY: check-regress check-isolation check-tap test test-matrix test-valgrind demo bench bench-quick dist torture torture-forks format-check

@@ -88,7 +88,12 @@ end_bound_terms(int code, Datum arg)
 		hl_post_session_end(cstring_to_text(names[i]), MyProcPid,
 							MyStartTimestamp);
 
+	/* the abort forgets the names its transaction bound (bound.c) */
 	AbortOutOfAnyTransaction();
+	free_names(names, count);
+	names = hl_bound_names(&count);
+	if (count == 0)
+		return;
 	SetConfigOption("default_transaction_read_only", "off",
 					PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_isolation", "read committed",
