@@ -72,7 +72,8 @@ REGRESS = \
 	security_install_access \
 	security_install_settings \
 	fork_before_mint \
-	truncate_log
+	truncate_log \
+	handoff
 REGRESS_OPTS =
 TEMP_REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
 

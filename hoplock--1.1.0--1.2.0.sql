@@ -194,3 +194,13 @@ GRANT SELECT ON @extschema@.hoplock_candidates TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.hoplock_candidates IS
     'the sessions waiting in hoplock_wait, per lease in the order a freed lease goes to them';
+
+-- hoplock_handoff: a term handed to a waiting candidate.
+CREATE FUNCTION @extschema@.hoplock_handoff(name text, owner text, generation bigint,
+                                            to_owner text DEFAULT NULL)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_handoff'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_handoff(text, text, bigint, text) IS
+    'end the owner''s term of the given generation and begin the next for a waiting candidate (to_owner''s, or the first); the new term, or NULL if there is no such candidate';

@@ -144,6 +144,15 @@ COMMENT ON FUNCTION @extschema@.hoplock_release(text, text) IS
 COMMENT ON FUNCTION @extschema@.hoplock_release(text, text, bigint) IS
     'end the owner''s term of the given generation; false otherwise';
 
+CREATE FUNCTION @extschema@.hoplock_handoff(name text, owner text, generation bigint,
+                                            to_owner text DEFAULT NULL)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_handoff'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_handoff(text, text, bigint, text) IS
+    'end the owner''s term of the given generation and begin the next for a waiting candidate (to_owner''s, or the first); the new term, or NULL if there is no such candidate';
+
 CREATE FUNCTION @extschema@.hoplock_holder(name text)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_holder'

@@ -201,7 +201,7 @@ hl_arg_timeout(FunctionCallInfo fcinfo, int argno)
 	return usecs;
 }
 
-/* The generation argument "argno": NULL or a positive number. */
+/* The generation argument "argno": required, and positive. */
 int64
 hl_arg_generation(FunctionCallInfo fcinfo, int argno)
 {

@@ -65,11 +65,13 @@ leave_at_exit(int code, Datum arg)
 }
 
 /*
- * This backend waits for lease "name" as "owner", with "priority": enter
- * it among the lease's candidates.  Nothing without shared memory.
+ * This backend waits for lease "name" as "owner", with "priority", for a
+ * term of "ttl", bound to the session or not: enter it among the lease's
+ * candidates.  Nothing without shared memory.
  */
 void
-hl_candidate_enter(text *name, text *owner, int32 priority)
+hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
+				   bool session_bound)
 {
 	HlCandidate *me;
 	HlWaitKey	key;
@@ -91,6 +93,9 @@ hl_candidate_enter(text *name, text *owner, int32 priority)
 	me->pid = MyProcPid;
 	me->roleid = GetUserId();
 	me->since = GetCurrentTimestamp();
+	me->ttl = ttl;
+	me->session_bound = session_bound;
+	me->session_start = MyStartTimestamp;
 	me->seq = pg_atomic_add_fetch_u64(&hl_shared->candidate_seq, 1);
 	me->namelen = Min(VARSIZE_ANY_EXHDR(name), HL_MAX_NAME_BYTES);
 	memcpy(me->name, VARDATA_ANY(name), me->namelen);
@@ -154,6 +159,55 @@ hl_candidate_may_take(text *name)
 	}
 	LWLockRelease(lock);
 	return first == NULL || first == &hl_shared->candidates[me];
+}
+
+/*
+ * The first candidate of lease "name" whose owner is "to_owner" (NULL: the
+ * first of all), in *pick, for hoplock_handoff; false if there is none.
+ * This backend is never picked.
+ */
+bool
+hl_candidate_pick(text *name, text *to_owner, HlCandidatePick *pick)
+{
+	HlWaitKey	key;
+	LWLock	   *lock;
+	HlCandidate first;
+	bool		found = false;
+	int			me;
+
+	if (hl_shared == NULL ||
+		pg_atomic_read_u32(&hl_shared->ncandidates) == 0)
+		return false;
+	hl_wait_key(name, &key);
+	me = hl_proc_index();
+	lock = hl_wait_lock_for(&key);
+	LWLockAcquire(lock, LW_SHARED);
+	for (int i = 0; i < hl_shared->nprocs; i++)
+	{
+		HlCandidate *c = &hl_shared->candidates[i];
+
+		if (i == me || !same_key(&c->key, &key))
+			continue;
+		if (to_owner != NULL &&
+			(c->ownerlen != VARSIZE_ANY_EXHDR(to_owner) ||
+			 memcmp(c->owner, VARDATA_ANY(to_owner), c->ownerlen) != 0))
+			continue;
+		if (!found || comes_before(c, &first))
+		{
+			first = *c;
+			found = true;
+		}
+	}
+	LWLockRelease(lock);
+	if (!found)
+		return false;
+	pick->owner = cstring_to_text_with_len(first.owner, first.ownerlen);
+	pick->roleid = first.roleid;
+	pick->ttl = first.ttl;
+	pick->session_bound = first.session_bound;
+	pick->pid = first.pid;
+	pick->session_start = first.session_start;
+	return true;
 }
 
 /*

@@ -23,7 +23,21 @@ typedef struct HlCandidateRow
 	Oid			roleid;
 } HlCandidateRow;
 
-extern void hl_candidate_enter(text *name, text *owner, int32 priority);
+/* The candidate a term is handed to (hoplock_handoff) */
+typedef struct HlCandidatePick
+{
+	text	   *owner;
+	Oid			roleid;
+	int64		ttl;
+	bool		session_bound;
+	int32		pid;
+	TimestampTz session_start;
+} HlCandidatePick;
+
+extern void hl_candidate_enter(text *name, text *owner, int32 priority,
+							   int64 ttl, bool session_bound);
+extern bool hl_candidate_pick(text *name, text *to_owner,
+							  HlCandidatePick *pick);
 extern void hl_candidate_leave(bool acquired);
 extern bool hl_candidate_may_take(text *name);
 extern int	hl_candidates_list(HlCandidateRow **rows);

@@ -29,6 +29,7 @@ PG_FUNCTION_INFO_V1(hoplock_wait);
 PG_FUNCTION_INFO_V1(hoplock_renew);
 PG_FUNCTION_INFO_V1(hoplock_release);
 PG_FUNCTION_INFO_V1(hoplock_force_release);
+PG_FUNCTION_INFO_V1(hoplock_handoff);
 PG_FUNCTION_INFO_V1(hoplock_holder);
 PG_FUNCTION_INFO_V1(hoplock_read);
 PG_FUNCTION_INFO_V1(hoplock_write);
@@ -147,6 +148,27 @@ hoplock_release(PG_FUNCTION_ARGS)
 	if (PG_NARGS() > 2)
 		req.generation = hl_arg_generation(fcinfo, 2);
 	return cas_returning_bool(&req);
+}
+
+/*
+ * hoplock_handoff(name, owner, generation, to_owner): end the running term
+ * and begin the next for a waiting candidate (to_owner's, or the first),
+ * in this transaction; NULL if there is no such candidate, and the term
+ * goes on.
+ */
+Datum
+hoplock_handoff(PG_FUNCTION_ARGS)
+{
+	LeaseRequest req = {0};
+
+	req.op = LEASE_OP_HANDOFF;
+	req.fn = "hoplock_handoff()";
+	req.name = hl_arg_name(fcinfo, 0, "name");
+	req.owner = hl_arg_name(fcinfo, 1, "owner");
+	req.generation = hl_arg_generation(fcinfo, 2);
+	if (!PG_ARGISNULL(3))
+		req.to_owner = hl_arg_name(fcinfo, 3, "to_owner");
+	return cas_returning_lease(fcinfo, &req);
 }
 
 /* hoplock_force_release(name) */

@@ -89,7 +89,8 @@ typedef enum LeaseAction
 	ACTION_EXTEND,				/* same term, new expires_at */
 	ACTION_NEW_TERM,
 	ACTION_END_TERM,
-	ACTION_ANNOUNCE_EXPIRY		/* the term lapsed: mark it announced */
+	ACTION_ANNOUNCE_EXPIRY,		/* the term lapsed: mark it announced */
+	ACTION_HANDOFF				/* end the term, begin a candidate's */
 } LeaseAction;
 
 /* ---------------------------------------------------------------------
@@ -312,6 +313,9 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 				cur->session_start == req->session_start)
 				return ACTION_END_TERM;
 			return ACTION_NONE;
+
+		case LEASE_OP_HANDOFF:
+			return term_ok ? ACTION_HANDOFF : ACTION_NONE;
 	}
 	pg_unreachable();
 }
@@ -340,6 +344,8 @@ how_ended(const LeaseRequest *req)
 			return "deleted";
 		case LEASE_OP_WRITE:
 			return "written over";
+		case LEASE_OP_HANDOFF:
+			return "handed off";
 		default:
 			return "released";
 	}
@@ -392,26 +398,28 @@ check_action_privileges(const LeaseRequest *req, LeaseAction action,
 
 /* The key of a role's lock for hoplock.max_names_per_role */
 static text *
-role_lock_key(void)
+role_lock_key(Oid roleid)
 {
 	char		key[32];
 
 	/* keyed like a term lock, by a name no lease can have */
-	snprintf(key, sizeof(key), "\x01role %u", GetUserId());
+	snprintf(key, sizeof(key), "\x01role %u", roleid);
 	return cstring_to_text(key);
 }
 
 /*
- * A role may not create more names than hoplock.max_names_per_role.
+ * Role "roleid" may not have more names than hoplock.max_names_per_role.
  * Returns whether it took the role's lock (see role_lock_key).
  */
 static bool
-check_names_per_role(HlRelation *rel)
+check_names_per_role(HlRelation *rel, Oid roleid)
 {
 	int64		n;
+	char	   *rolename;
 
-	if (hl_max_names_per_role <= 0 || superuser())
+	if (hl_max_names_per_role <= 0 || superuser_arg(roleid))
 		return false;
+	rolename = GetUserNameFromId(roleid, false);
 
 	/*
 	 * One transaction of a role creates names at a time, holding a lock of
@@ -420,19 +428,19 @@ check_names_per_role(HlRelation *rel)
 	 * counting at once would each find room.  A call that ends up creating
 	 * nothing gives it back (hl_lease_cas).
 	 */
-	if (!hl_term_trylock(role_lock_key(), ExclusiveLock))
+	if (!hl_term_trylock(role_lock_key(roleid), ExclusiveLock))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("another transaction of role \"%s\" is creating lease names",
-						NameStr(*current_role_name())),
+						rolename),
 				 errdetail("\"hoplock.max_names_per_role\" is set: a role creates names one transaction at a time."),
 				 errhint("The call changed nothing; try it again.")));
-	n = hl_store_count_role(rel, GetUserId(), hl_max_names_per_role);
+	n = hl_store_count_role(rel, roleid, hl_max_names_per_role);
 	if (n >= hl_max_names_per_role)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("role \"%s\" already has %d lease names, the most \"hoplock.max_names_per_role\" allows",
-						NameStr(*current_role_name()), hl_max_names_per_role),
+						rolename, hl_max_names_per_role),
 				 errhint("Reuse a name, or ask a superuser to raise \"hoplock.max_names_per_role\".")));
 	return true;
 }
@@ -444,7 +452,8 @@ check_names_per_role(HlRelation *rel)
  */
 static bool
 build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
-			  TimestampTz now, Lease *new, bool *busy)
+			  const HlCandidatePick *pick, TimestampTz now, Lease *new,
+			  bool *busy)
 {
 	*busy = false;
 	switch (action)
@@ -475,6 +484,31 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				new->acquired_at = begin;
 				new->renewed_at = begin;
 				new->expires_at = add_ttl(begin, req->ttl);
+				break;
+			}
+
+		case ACTION_HANDOFF:
+			{
+				/* the candidate's term begins as the running one ends */
+				TimestampTz begin = end_of_term(cur, now);
+
+				memset(new, 0, sizeof(Lease));
+				if (!hl_next_generation(cur, now, &new->generation, busy))
+					return false;
+				new->name = req->name;
+				new->owner = pick->owner;
+				new->state = LEASE_STATE_HELD;
+				namestrcpy(&new->owner_role,
+						   GetUserNameFromId(pick->roleid, false));
+				new->owner_roleid = pick->roleid;
+				new->acquired_at = begin;
+				new->renewed_at = begin;
+				new->expires_at = add_ttl(begin, pick->ttl);
+				if (pick->session_bound)
+				{
+					new->session_pid = pick->pid;
+					new->session_start = pick->session_start;
+				}
 				break;
 			}
 
@@ -552,6 +586,13 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			announce_end(req, cur, now, false);
 			hl_wake_waiters_at_end(written->name);
 			break;
+		case ACTION_HANDOFF:
+			announce_end(req, cur, now, false);
+			hl_event("acquired", written);
+			hl_history_begin(written);
+			hl_count(HL_COUNT_TERMS_BEGUN);
+			hl_post_deadline_at_commit(written->name, written->expires_at);
+			break;
 		default:
 			break;
 	}
@@ -619,7 +660,7 @@ typedef struct CasState
 	HlRelation	rel;
 	bool		term_locked;	/* the lease's term lock, ExclusiveLock */
 	bool		history_locked; /* hl_history_lock() */
-	int			role_locks;		/* check_names_per_role's, taken */
+	List	   *role_locks;		/* check_names_per_role's, taken: roles */
 	int			polls;
 } CasState;
 
@@ -708,17 +749,17 @@ write_row(CasState *st, LeaseAction action, LeaseVersion *cur,
 {
 	if (!cur->found)
 	{
-		if (check_names_per_role(&st->rel))
-			st->role_locks++;
+		if (check_names_per_role(&st->rel, written->owner_roleid))
+			st->role_locks = lappend_oid(st->role_locks, written->owner_roleid);
 		hl_store_insert(&st->rel, written);
 		return TM_Ok;
 	}
 
 	/* a name another role began the last term of counts now */
-	if (action == ACTION_NEW_TERM &&
+	if ((action == ACTION_NEW_TERM || action == ACTION_HANDOFF) &&
 		cur->lease.owner_roleid != written->owner_roleid &&
-		check_names_per_role(&st->rel))
-		st->role_locks++;
+		check_names_per_role(&st->rel, written->owner_roleid))
+		st->role_locks = lappend_oid(st->role_locks, written->owner_roleid);
 	return hl_store_update(&st->rel, &cur->tid, written);
 }
 
@@ -779,6 +820,7 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	TimestampTz now;
 	TM_Result	tm;
 	bool		busy;
+	HlCandidatePick pick = {0};
 
 	/* the version stays pinned until we are done with it */
 	fetch_for_update(&st->rel, req->name, &cur);
@@ -815,14 +857,22 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	/* the caller's rights first: no lock is taken on its behalf before */
 	check_action_privileges(req, action, curp, now);
 
-	if ((action == ACTION_NEW_TERM || action == ACTION_END_TERM) &&
-		!st->term_locked)
+	if ((action == ACTION_NEW_TERM || action == ACTION_END_TERM ||
+		 action == ACTION_HANDOFF) && !st->term_locked)
 	{
 		hl_version_release(&cur);
 		return take_term_lock(req, st, curp, now);
 	}
 
-	if (!build_new_row(req, action, curp, now, result, &busy))
+	/* the candidate the term goes to, now that no term change can race */
+	if (action == ACTION_HANDOFF &&
+		!hl_candidate_pick(req->name, req->to_owner, &pick))
+	{
+		hl_version_release(&cur);
+		return LEASE_REFUSED;
+	}
+
+	if (!build_new_row(req, action, curp, &pick, now, result, &busy))
 	{
 		hl_version_release(&cur);
 		if (busy && !req->busy_is_contention)
@@ -863,8 +913,10 @@ cas_close(const LeaseRequest *req, CasState *st, LeaseOutcome outcome)
 	}
 	if (outcome != LEASE_DONE)
 	{
-		for (; st->role_locks > 0; st->role_locks--)
-			hl_term_unlock(role_lock_key(), ExclusiveLock);
+		ListCell   *lc;
+
+		foreach(lc, st->role_locks)
+			hl_term_unlock(role_lock_key(lfirst_oid(lc)), ExclusiveLock);
 		if (st->history_locked)
 			hl_history_unlock();
 	}

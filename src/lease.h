@@ -21,8 +21,10 @@ typedef enum LeaseOp
 	LEASE_OP_WRITE,
 	LEASE_OP_DELETE,
 	LEASE_OP_EXPIRE,			/* the worker: announce a lapsed term */
-	LEASE_OP_SESSION_END		/* end the terms bound to a session that
+	LEASE_OP_SESSION_END,		/* end the terms bound to a session that
 								 * ended */
+	LEASE_OP_HANDOFF			/* end a term, begin the next for a
+								 * candidate */
 } LeaseOp;
 
 typedef struct LeaseRequest
@@ -36,6 +38,8 @@ typedef struct LeaseRequest
 	text	   *handle;			/* write, delete; NULL: "no state" */
 	bool		session_bound;	/* acquire: bind the term to this session */
 	int32		priority;		/* wait: the candidate's priority */
+	text	   *to_owner;		/* handoff: the candidate's owner; NULL:
+								 * the first candidate */
 	int32		session_pid;	/* session_end: the session that ended */
 	TimestampTz session_start;
 	bool		busy_is_contention; /* a locked table is contention (waits,

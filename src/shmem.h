@@ -195,6 +195,9 @@ typedef struct HlCandidate
 	Oid			roleid;
 	uint64		seq;			/* order of arrival, across the server */
 	TimestampTz since;
+	int64		ttl;			/* its term's, should it be handed one */
+	bool		session_bound;
+	TimestampTz session_start;	/* MyStartTimestamp */
 	uint16		namelen;
 	uint16		ownerlen;
 	char		name[HL_MAX_NAME_BYTES];

@@ -283,7 +283,8 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 	PG_TRY();
 	{
 		/* a candidate from now on: a freed lease goes to the first */
-		hl_candidate_enter(req->name, req->owner, req->priority);
+		hl_candidate_enter(req->name, req->owner, req->priority, req->ttl,
+						   req->session_bound);
 		acquired = wait_loop(req, deadline, cv, result);
 	}
 	PG_FINALLY();

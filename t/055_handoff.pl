@@ -1,0 +1,120 @@
+# hoplock_handoff: the holder ends its term and begins the next for a
+# waiting candidate -- the one it names, or the first -- in one
+# transaction, with one "released" and one "acquired" event.  The new term
+# has the candidate's ttl and, if the candidate asked for it, is bound to
+# the candidate's session; the candidate's hoplock_wait returns it.  With
+# no such candidate it returns NULL, and the term goes on.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+
+my $node = PostgreSQL::Test::Cluster->new('handoff');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'hoplock'");
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION hoplock;
+	CREATE ROLE intruder LOGIN;
+	CREATE ROLE cand LOGIN;
+	CREATE TABLE work (generation bigint);
+	CREATE TRIGGER work_fenced BEFORE INSERT ON work
+	    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('h', 'generation');
+	GRANT INSERT ON work TO cand;
+});
+
+# A psql waiting for lease 'h' as $owner; returns once it is a candidate.
+# A session-bound candidate stays connected a second after its wait.
+sub start_candidate
+{
+	my ($owner, $ttl, $bound, $role) = @_;
+	my $out = '';
+	my $h = IPC::Run::start(
+		[
+			'psql', '-XAtq', '-d', $node->connstr('postgres'),
+			'-U', $role // 'postgres', '-c',
+			"SELECT coalesce(owner || ' ' || generation, 'timeout') FROM hoplock_wait('h', '$owner', '$ttl', '60 s', session_bound => $bound)",
+			'-c', ($bound eq 'true' ? 'SELECT pg_sleep(1)' : 'SELECT')
+		],
+		'>', \$out, '2>&1');
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM hoplock_candidates WHERE name = 'h' AND owner = '$owner'")
+	  or die "$owner is no candidate";
+	my $pid = $node->safe_psql('postgres',
+		"SELECT pid FROM hoplock_candidates WHERE name = 'h' AND owner = '$owner'");
+	return { h => $h, out => \$out, pid => $pid };
+}
+
+sub finish
+{
+	my ($c) = @_;
+	$c->{h}->finish;
+	my ($o) = split /\n/, ${ $c->{out} };
+	return $o;
+}
+
+my $g1 = $node->safe_psql('postgres',
+	q{SELECT generation FROM hoplock_acquire('h', 'old', '1 h')});
+
+# --- no candidate: NULL, and the term goes on -------------------------------
+is($node->safe_psql('postgres', "SELECT hoplock_handoff('h', 'old', $g1) IS NULL"),
+	't', 'no candidate: NULL');
+is($node->safe_psql('postgres', q{SELECT owner || ' ' || generation FROM hoplock_holder('h')}),
+	"old $g1", '... and the term goes on');
+
+# --- to the first candidate --------------------------------------------------
+my $c1 = start_candidate('c1', '30 s', 'false');
+my $c2 = start_candidate('c2', '1 h', 'true', 'cand');
+is($node->safe_psql('postgres', "SELECT hoplock_handoff('h', 'old', $g1, 'nobody') IS NULL"),
+	't', 'to an owner that does not wait: NULL');
+is($node->safe_psql('postgres', "SELECT hoplock_handoff('h', 'old', $g1 + 1) IS NULL"),
+	't', 'of another generation: NULL');
+my ($ret, $out, $err) = $node->psql('postgres',
+	"SELECT hoplock_handoff('h', 'old', $g1)", extra_params => [ '-U', 'intruder' ]);
+like($err, qr/permission denied|must be a member/, 'another role cannot hand the term off');
+
+my $before = $node->safe_psql('postgres', 'SELECT coalesce(max(seq), 0) FROM hoplock_events(0)');
+my $new = $node->safe_psql('postgres',
+	"SELECT owner || ' ' || (generation > $g1) || ' ' || (expires_at - acquired_at) FROM hoplock_handoff('h', 'old', $g1)");
+is($new, 'c1 true 00:00:30', 'handed to the first candidate: a new generation, the candidate\'s ttl');
+my $got1 = finish($c1);
+my ($o1, $g2) = split ' ', $got1;
+is($o1, 'c1', 'the candidate\'s hoplock_wait returns the term');
+is($node->safe_psql('postgres', q{SELECT owner || ' ' || generation FROM hoplock_holder('h')}),
+	"c1 $g2", '... the term it was handed');
+$node->poll_query_until('postgres',
+	"SELECT count(*) >= 2 FROM hoplock_events($before)");
+is( $node->safe_psql('postgres',
+		"SELECT string_agg(event || ' ' || owner || ' ' || (generation = $g1), ', ' ORDER BY seq) FROM hoplock_events($before) WHERE event IN ('released', 'acquired')"),
+	'released old true, acquired c1 false',
+	'one released and one acquired event, in that order');
+is( $node->safe_psql('postgres',
+		"SELECT how FROM hoplock_history WHERE name = 'h' AND generation = $g1"),
+	'handed off', 'the history says how the term ended');
+($ret, $out, $err) = $node->psql('postgres', "INSERT INTO work VALUES ($g1)");
+isnt($ret, 0, 'the old term\'s fenced write is refused');
+
+# --- to a named, session-bound candidate ---------------------------------------
+my $c3 = start_candidate('c3', '1 h', 'false');
+$new = $node->safe_psql('postgres',
+	"SELECT owner || ' ' || generation FROM hoplock_handoff('h', 'c1', $g2, 'c2')");
+my ($o2, $g3) = split ' ', $new;
+is($o2, 'c2', 'handed to the candidate named, not the first');
+is( $node->safe_psql('postgres',
+		q{SELECT role || ' ' || session_bound || ' ' || holder_pid FROM hoplock_leases WHERE name = 'h'}),
+	"cand true $c2->{pid}",
+	'the term is the candidate\'s role\'s, bound to the candidate\'s session');
+is(finish($c2), "c2 $g3", 'its hoplock_wait returns it');
+# its psql has exited: the session-bound term ends with its backend
+$node->poll_query_until('postgres',
+	"SELECT how IS NOT NULL FROM hoplock_history WHERE name = 'h' AND generation = $g3")
+  or diag('the session-bound term outlived its session');
+is( $node->safe_psql('postgres',
+		"SELECT how FROM hoplock_history WHERE name = 'h' AND generation = $g3"),
+	'session ended', 'and ends with the candidate\'s session');
+is(finish($c3) =~ /^c3 /, 1, 'the remaining candidate gets the freed lease');
+
+$node->stop;
+done_testing();
