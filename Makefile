@@ -73,7 +73,8 @@ REGRESS = \
 	security_install_settings \
 	fork_before_mint \
 	truncate_log \
-	handoff
+	handoff \
+	proclaim
 REGRESS_OPTS =
 TEMP_REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
 

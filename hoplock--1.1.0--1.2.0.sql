@@ -63,6 +63,7 @@ CREATE TABLE hoplock_internal.event (
     generation  bigint NOT NULL,
     expires_at  timestamptz NOT NULL,
     at          timestamptz NOT NULL,
+    value       text COLLATE "C",
     CONSTRAINT event_pkey PRIMARY KEY (seq)
 ) WITH (vacuum_truncate = false);
 
@@ -96,7 +97,7 @@ SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.delivery', '');
 -- "timeout": the event stream without LISTEN (behind a transaction pooler).
 CREATE FUNCTION @extschema@.hoplock_watch(after bigint, timeout interval,
     OUT seq bigint, OUT event text, OUT name text, OUT owner text,
-    OUT generation bigint, OUT at timestamptz)
+    OUT generation bigint, OUT at timestamptz, OUT value text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'hoplock_watch'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -168,12 +169,13 @@ DROP FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean);
 
 CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, timeout interval,
                                          session_bound boolean DEFAULT false,
-                                         priority integer DEFAULT 0)
+                                         priority integer DEFAULT 0,
+                                         value text DEFAULT NULL)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_wait'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer) IS
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text) IS
     'acquire the lease as soon as it can be had, as a candidate of the given priority; NULL after timeout';
 
 -- The sessions waiting in hoplock_wait: a freed lease goes to the one
@@ -204,3 +206,65 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.hoplock_handoff(text, text, bigint, text) IS
     'end the owner''s term of the given generation and begin the next for a waiting candidate (to_owner''s, or the first); the new term, or NULL if there is no such candidate';
+
+-- The leader's value: a column of the lease and of the event log, an
+-- attribute of hoplock_lease, an argument of hoplock_acquire (a new
+-- argument is a new function: the old one goes), hoplock_proclaim, a
+-- column of hoplock_leases and of hoplock_events.
+ALTER TABLE hoplock_internal.lease ADD COLUMN value text COLLATE "C";
+COMMENT ON COLUMN hoplock_internal.lease.value IS
+    'the value the holder proclaimed for its term (its address, say): hoplock_proclaim, or value => at acquire; NULL if none';
+
+ALTER TYPE @extschema@.hoplock_lease ADD ATTRIBUTE value text;
+COMMENT ON COLUMN @extschema@.hoplock_lease.value IS
+    'the value its holder proclaimed (hoplock_proclaim, or value => at acquire); empty if none';
+
+DROP FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean);
+CREATE FUNCTION @extschema@.hoplock_acquire(name text, owner text, ttl interval,
+                                            session_bound boolean DEFAULT false,
+                                            value text DEFAULT NULL)
+RETURNS @extschema@.hoplock_lease
+AS 'MODULE_PATHNAME', 'hoplock_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean, text) IS
+    'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it';
+
+CREATE FUNCTION @extschema@.hoplock_proclaim(name text, owner text, generation bigint, value text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'hoplock_proclaim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_proclaim(text, text, bigint, text) IS
+    'publish a value (an address, a version) for the owner''s term of the given generation, without a new term; NULL clears it; false if the term is not the owner''s';
+
+CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
+    SELECT l.name,
+           l.owner,
+           l.generation,
+           l.acquired_at,
+           l.renewed_at,
+           l.expires_at,
+           l.expires_at OPERATOR(pg_catalog.<=) c.now AS expired,
+           CASE WHEN l.expires_at OPERATOR(pg_catalog.>) c.now
+                THEN l.expires_at OPERATOR(pg_catalog.-) c.now
+                ELSE '0'::pg_catalog.interval
+           END AS remaining,
+           l.owner_role AS role,
+           l.session_pid IS NOT NULL AS session_bound,
+           l.session_pid AS holder_pid,
+           hoplock_internal.blocker(l.name) AS blocked_by,
+           l.value
+      FROM hoplock_internal.lease AS l
+           CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
+     WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
+
+DROP FUNCTION @extschema@.hoplock_events(bigint);
+CREATE FUNCTION @extschema@.hoplock_events(since bigint DEFAULT 0,
+    OUT seq bigint, OUT event text, OUT name text, OUT owner text,
+    OUT generation bigint, OUT at timestamptz, OUT value text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'hoplock_events'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
+    'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired, proclaimed';

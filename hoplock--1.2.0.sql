@@ -37,6 +37,7 @@ CREATE TABLE hoplock_internal.lease (
     session_start timestamptz,
     owner_roleid  oid NOT NULL,
     version       bigint,
+    value         text COLLATE "C",
     CONSTRAINT lease_pkey PRIMARY KEY (name),
     CONSTRAINT lease_state_check CHECK (state OPERATOR(pg_catalog.=) ANY ('{h,x,r}'::"char"[])),
     CONSTRAINT lease_generation_check CHECK (generation OPERATOR(pg_catalog.>) 0)
@@ -48,6 +49,8 @@ COMMENT ON COLUMN hoplock_internal.lease.owner_role IS
     'name of the role that began the term, as it was then';
 COMMENT ON COLUMN hoplock_internal.lease.owner_roleid IS
     'OID of the role that began the term: only its members may change or fence it';
+COMMENT ON COLUMN hoplock_internal.lease.value IS
+    'the value the holder proclaimed for its term (its address, say): hoplock_proclaim, or value => at acquire; NULL if none';
 COMMENT ON COLUMN hoplock_internal.lease.version IS
     'version of the row, new at every write: the handle (NULL: not written since 1.1)';
 
@@ -90,28 +93,33 @@ CREATE TYPE @extschema@.hoplock_lease AS (
     generation  bigint,
     handle      text,
     acquired_at timestamptz,
-    expires_at  timestamptz
+    expires_at  timestamptz,
+    value       text
 );
 
 COMMENT ON TYPE @extschema@.hoplock_lease IS 'one term of a lease, as returned by the hoplock functions';
+COMMENT ON COLUMN @extschema@.hoplock_lease.value IS
+    'the value its holder proclaimed (hoplock_proclaim, or value => at acquire); empty if none';
 
 CREATE FUNCTION @extschema@.hoplock_acquire(name text, owner text, ttl interval,
-                                            session_bound boolean DEFAULT false)
+                                            session_bound boolean DEFAULT false,
+                                            value text DEFAULT NULL)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_acquire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean) IS
+COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean, text) IS
     'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it';
 
 CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, timeout interval,
                                          session_bound boolean DEFAULT false,
-                                         priority integer DEFAULT 0)
+                                         priority integer DEFAULT 0,
+                                         value text DEFAULT NULL)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_wait'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer) IS
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text) IS
     'acquire the lease as soon as it can be had, as a candidate of the given priority; NULL after timeout';
 
 CREATE FUNCTION @extschema@.hoplock_renew(name text, owner text, ttl interval)
@@ -143,6 +151,14 @@ COMMENT ON FUNCTION @extschema@.hoplock_release(text, text) IS
     'end the owner''s term; false if the owner does not hold the lease';
 COMMENT ON FUNCTION @extschema@.hoplock_release(text, text, bigint) IS
     'end the owner''s term of the given generation; false otherwise';
+
+CREATE FUNCTION @extschema@.hoplock_proclaim(name text, owner text, generation bigint, value text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'hoplock_proclaim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.hoplock_proclaim(text, text, bigint, text) IS
+    'publish a value (an address, a version) for the owner''s term of the given generation, without a new term; NULL clears it; false if the term is not the owner''s';
 
 CREATE FUNCTION @extschema@.hoplock_handoff(name text, owner text, generation bigint,
                                             to_owner text DEFAULT NULL)
@@ -239,7 +255,8 @@ CREATE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            l.owner_role AS role,
            l.session_pid IS NOT NULL AS session_bound,
            l.session_pid AS holder_pid,
-           hoplock_internal.blocker(l.name) AS blocked_by
+           hoplock_internal.blocker(l.name) AS blocked_by,
+           l.value
       FROM hoplock_internal.lease AS l
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
      WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
@@ -357,13 +374,13 @@ COMMENT ON VIEW @extschema@.hoplock_history IS
 -- last number it saw misses nothing.
 CREATE FUNCTION @extschema@.hoplock_events(since bigint DEFAULT 0,
     OUT seq bigint, OUT event text, OUT name text, OUT owner text,
-    OUT generation bigint, OUT at timestamptz)
+    OUT generation bigint, OUT at timestamptz, OUT value text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'hoplock_events'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
-    'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired';
+    'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired, proclaimed';
 
 -- Forget a released or lapsed name at once (the expiry worker forgets
 -- them after hoplock.released_retention); its generations stay monotone.
@@ -420,6 +437,7 @@ CREATE TABLE hoplock_internal.event (
     generation  bigint NOT NULL,
     expires_at  timestamptz NOT NULL,
     at          timestamptz NOT NULL,
+    value       text COLLATE "C",
     CONSTRAINT event_pkey PRIMARY KEY (seq)
 ) WITH (vacuum_truncate = false);
 
@@ -453,7 +471,7 @@ SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.delivery', '');
 -- "timeout": the event stream without LISTEN (behind a transaction pooler).
 CREATE FUNCTION @extschema@.hoplock_watch(after bigint, timeout interval,
     OUT seq bigint, OUT event text, OUT name text, OUT owner text,
-    OUT generation bigint, OUT at timestamptz)
+    OUT generation bigint, OUT at timestamptz, OUT value text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'hoplock_watch'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

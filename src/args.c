@@ -227,6 +227,18 @@ hl_arg_bool(FunctionCallInfo fcinfo, int argno, const char *argname)
 	return PG_GETARG_BOOL(argno);
 }
 
+/*
+ * A value for the holder to proclaim (hoplock_proclaim, value => at
+ * acquire and wait): NULL for none, otherwise checked like an owner.
+ */
+text *
+hl_arg_value(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	return hl_arg_name(fcinfo, argno, "value");
+}
+
 /* A required integer; 0 if the SQL declaration has no such argument. */
 int32
 hl_arg_int32(FunctionCallInfo fcinfo, int argno, const char *argname)

@@ -18,6 +18,7 @@ extern int64 hl_arg_generation(FunctionCallInfo fcinfo, int argno);
 extern int64 hl_arg_timeout(FunctionCallInfo fcinfo, int argno);
 extern bool hl_arg_bool(FunctionCallInfo fcinfo, int argno,
 						const char *what);
+extern text *hl_arg_value(FunctionCallInfo fcinfo, int argno);
 extern int32 hl_arg_int32(FunctionCallInfo fcinfo, int argno,
 						  const char *argname);
 extern text *hl_arg_text(FunctionCallInfo fcinfo, int argno,

@@ -66,12 +66,13 @@ leave_at_exit(int code, Datum arg)
 
 /*
  * This backend waits for lease "name" as "owner", with "priority", for a
- * term of "ttl", bound to the session or not: enter it among the lease's
+ * term of "ttl", bound to the session or not, with "value" (NULL: none),
+ * should it be handed one: enter it among the lease's
  * candidates.  Nothing without shared memory.
  */
 void
 hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
-				   bool session_bound)
+				   bool session_bound, text *value)
 {
 	HlCandidate *me;
 	HlWaitKey	key;
@@ -96,6 +97,12 @@ hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
 	me->ttl = ttl;
 	me->session_bound = session_bound;
 	me->session_start = MyStartTimestamp;
+	me->valuelen = -1;
+	if (value != NULL)
+	{
+		me->valuelen = Min(VARSIZE_ANY_EXHDR(value), HL_MAX_NAME_BYTES);
+		memcpy(me->value, VARDATA_ANY(value), me->valuelen);
+	}
 	me->seq = pg_atomic_add_fetch_u64(&hl_shared->candidate_seq, 1);
 	me->namelen = Min(VARSIZE_ANY_EXHDR(name), HL_MAX_NAME_BYTES);
 	memcpy(me->name, VARDATA_ANY(name), me->namelen);
@@ -207,6 +214,8 @@ hl_candidate_pick(text *name, text *to_owner, HlCandidatePick *pick)
 	pick->session_bound = first.session_bound;
 	pick->pid = first.pid;
 	pick->session_start = first.session_start;
+	pick->value = first.valuelen < 0 ? NULL :
+		cstring_to_text_with_len(first.value, first.valuelen);
 	return true;
 }
 

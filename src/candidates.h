@@ -32,10 +32,11 @@ typedef struct HlCandidatePick
 	bool		session_bound;
 	int32		pid;
 	TimestampTz session_start;
+	text	   *value;			/* NULL: none */
 } HlCandidatePick;
 
 extern void hl_candidate_enter(text *name, text *owner, int32 priority,
-							   int64 ttl, bool session_bound);
+							   int64 ttl, bool session_bound, text *value);
 extern bool hl_candidate_pick(text *name, text *to_owner,
 							  HlCandidatePick *pick);
 extern void hl_candidate_leave(bool acquired);

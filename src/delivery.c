@@ -80,7 +80,8 @@ send_one(const HlLoggedEvent *e, void *arg)
 				 hl_event_payload(text_to_cstring(e->event),
 								  text_to_cstring(e->name),
 								  text_to_cstring(e->owner),
-								  e->generation, e->expires_at, e->seq));
+								  e->generation, e->expires_at, e->seq,
+								  e->value ? text_to_cstring(e->value) : NULL));
 	return ++state->sent < DELIVERY_BATCH;
 }
 

@@ -51,7 +51,8 @@ enum
 	Anum_event_generation,
 	Anum_event_expires_at,
 	Anum_event_at,
-	Natts_event = Anum_event_at
+	Anum_event_value,			/* may be null */
+	Natts_event = Anum_event_value
 };
 
 /* Columns of hoplock_internal.delivery */
@@ -85,6 +86,8 @@ hl_eventlog_record(const HlNewEvent *events, int nevents)
 		values[Anum_event_generation - 1] = Int64GetDatum(e->lease->generation);
 		values[Anum_event_expires_at - 1] = TimestampTzGetDatum(e->lease->expires_at);
 		values[Anum_event_at - 1] = TimestampTzGetDatum(e->at);
+		values[Anum_event_value - 1] = PointerGetDatum(e->lease->value);
+		nulls[Anum_event_value - 1] = (e->lease->value == NULL);
 		tuples[i] = heap_form_tuple(RelationGetDescr(rel.heap), values, nulls);
 	}
 	hl_row_insert_many(&rel, tuples, nevents);
@@ -135,7 +138,7 @@ hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 
 		CHECK_FOR_INTERRUPTS();
 		slot_getallattrs(slot);
-		for (int i = 1; i <= Natts_event; i++)
+		for (int i = 1; i < Anum_event_value; i++)
 			check_column(slot, i);
 		e.seq = DatumGetInt64(slot->tts_values[Anum_event_seq - 1]);
 		if (e.seq > through)
@@ -146,6 +149,8 @@ hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 		e.generation = DatumGetInt64(slot->tts_values[Anum_event_generation - 1]);
 		e.expires_at = DatumGetTimestampTz(slot->tts_values[Anum_event_expires_at - 1]);
 		e.at = DatumGetTimestampTz(slot->tts_values[Anum_event_at - 1]);
+		e.value = slot->tts_isnull[Anum_event_value - 1] ? NULL :
+			DatumGetTextPP(slot->tts_values[Anum_event_value - 1]);
 		last = e.seq;
 		if (!visit(&e, arg))
 			break;

@@ -25,6 +25,7 @@ typedef struct HlLoggedEvent
 	int64		generation;
 	TimestampTz expires_at;
 	TimestampTz at;
+	text	   *value;			/* NULL: none */
 } HlLoggedEvent;
 
 /* What one read of the log returns, in number order */

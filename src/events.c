@@ -132,6 +132,8 @@ append_timestamp(StringInfo buf, TimestampTz ts)
  * {"seq": N, "seq_text": "N", "event": "...", "name": "...", "owner": "...",
  *  "generation": N, "generation_text": "N",
  *  "expires_at": "2026-01-01T00:00:00.000000+00:00"}
+ * and, when the holder proclaimed one (hoplock_proclaim, or value => at
+ * acquire), "value": "..." before the closing brace.
  *
  * The numbers are above 2^53, where JavaScript's JSON.parse (and older jq)
  * lose digits: each comes as a string too.  expires_at is always in UTC,
@@ -140,7 +142,8 @@ append_timestamp(StringInfo buf, TimestampTz ts)
  */
 char *
 hl_event_payload(const char *event, const char *name, const char *owner,
-				 int64 generation, TimestampTz expires_at, int64 seq)
+				 int64 generation, TimestampTz expires_at, int64 seq,
+				 const char *value)
 {
 	StringInfoData buf;
 
@@ -156,6 +159,11 @@ hl_event_payload(const char *event, const char *name, const char *owner,
 					 generation, generation);
 	appendStringInfoString(&buf, ", \"expires_at\": ");
 	append_timestamp(&buf, expires_at);
+	if (value != NULL)
+	{
+		appendStringInfoString(&buf, ", \"value\": ");
+		escape_json(&buf, value);
+	}
 	appendStringInfoChar(&buf, '}');
 	return buf.data;
 }
@@ -558,7 +566,10 @@ notify_now(const PendingEvent *item, int64 seq)
 		Async_Notify(hl_channel,
 					 hl_event_payload(item->event, name, owner,
 									  item->lease.generation,
-									  item->lease.expires_at, seq));
+									  item->lease.expires_at, seq,
+									  item->lease.value ?
+									  text_to_cstring(item->lease.value) :
+									  NULL));
 	else
 		ereport(WARNING,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -606,6 +617,8 @@ hl_event(const char *event, const Lease *lease)
 	item->lease = *lease;
 	item->lease.name = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(lease->name));
 	item->lease.owner = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(lease->owner));
+	item->lease.value = lease->value == NULL ? NULL :
+		(text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(lease->value));
 	item->nest_level = GetCurrentTransactionNestLevel();
 	item->next = pending_events;
 	pending_events = item;

@@ -19,6 +19,7 @@ extern void hl_events_init(void);
 /* The payload of an event's NOTIFY */
 extern char *hl_event_payload(const char *event, const char *name,
 							  const char *owner, int64 generation,
-							  TimestampTz expires_at, int64 seq);
+							  TimestampTz expires_at, int64 seq,
+							  const char *value);
 
 #endif							/* HOPLOCK_EVENTS_H */

@@ -30,6 +30,7 @@ PG_FUNCTION_INFO_V1(hoplock_renew);
 PG_FUNCTION_INFO_V1(hoplock_release);
 PG_FUNCTION_INFO_V1(hoplock_force_release);
 PG_FUNCTION_INFO_V1(hoplock_handoff);
+PG_FUNCTION_INFO_V1(hoplock_proclaim);
 PG_FUNCTION_INFO_V1(hoplock_holder);
 PG_FUNCTION_INFO_V1(hoplock_read);
 PG_FUNCTION_INFO_V1(hoplock_write);
@@ -41,8 +42,8 @@ static Datum
 lease_datum(FunctionCallInfo fcinfo, const Lease *lease)
 {
 	TupleDesc	desc = hl_lease_result_desc(fcinfo);
-	Datum		values[6];
-	bool		nulls[6] = {false, false, false, false, false, false};
+	Datum		values[7];
+	bool		nulls[7] = {false, false, false, false, false, false, false};
 	char		handle[LEASE_HANDLE_LEN];
 
 	hl_format_handle(lease, handle);
@@ -52,6 +53,12 @@ lease_datum(FunctionCallInfo fcinfo, const Lease *lease)
 	values[3] = CStringGetTextDatum(handle);
 	values[4] = TimestampTzGetDatum(lease->acquired_at);
 	values[5] = TimestampTzGetDatum(lease->expires_at);
+	/*
+	 * No value is the empty string, never NULL: a caller's "lease IS NOT
+	 * NULL" is true of every row (a proclaimed value is never empty).
+	 */
+	values[6] = lease->value ? PointerGetDatum(lease->value) :
+		CStringGetTextDatum("");
 
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
@@ -90,6 +97,7 @@ hoplock_acquire(PG_FUNCTION_ARGS)
 	req.owner = hl_arg_name(fcinfo, 1, "owner");
 	req.ttl = hl_arg_ttl(fcinfo, 2);
 	req.session_bound = hl_arg_bool(fcinfo, 3, "session_bound");
+	req.value = hl_arg_value(fcinfo, 4);
 	if (req.session_bound)
 		hl_session_prepare();
 	return cas_returning_lease(fcinfo, &req);
@@ -111,6 +119,7 @@ hoplock_wait(PG_FUNCTION_ARGS)
 	timeout = hl_arg_timeout(fcinfo, 3);
 	req.session_bound = hl_arg_bool(fcinfo, 4, "session_bound");
 	req.priority = hl_arg_int32(fcinfo, 5, "priority");
+	req.value = hl_arg_value(fcinfo, 6);
 	if (req.session_bound)
 		hl_session_prepare();
 
@@ -169,6 +178,25 @@ hoplock_handoff(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(3))
 		req.to_owner = hl_arg_name(fcinfo, 3, "to_owner");
 	return cas_returning_lease(fcinfo, &req);
+}
+
+/*
+ * hoplock_proclaim(name, owner, generation, value): publish "value" for
+ * the owner's running term of that generation (NULL clears it), without a
+ * new term; false if the term is not the owner's.
+ */
+Datum
+hoplock_proclaim(PG_FUNCTION_ARGS)
+{
+	LeaseRequest req = {0};
+
+	req.op = LEASE_OP_PROCLAIM;
+	req.fn = "hoplock_proclaim()";
+	req.name = hl_arg_name(fcinfo, 0, "name");
+	req.owner = hl_arg_name(fcinfo, 1, "owner");
+	req.generation = hl_arg_generation(fcinfo, 2);
+	req.value = hl_arg_value(fcinfo, 3);
+	return cas_returning_bool(&req);
 }
 
 /* hoplock_force_release(name) */

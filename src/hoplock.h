@@ -56,6 +56,7 @@ typedef struct Lease
 	TransactionId xmin;			/* of this row version */
 	int64		version;		/* of this row version, new at every write:
 								 * the handle; 0 if not written since 1.1 */
+	text	   *value;			/* the holder's proclaimed value; NULL: none */
 } Lease;
 
 /* Longest handle text, including the terminating NUL. */

@@ -90,7 +90,8 @@ typedef enum LeaseAction
 	ACTION_NEW_TERM,
 	ACTION_END_TERM,
 	ACTION_ANNOUNCE_EXPIRY,		/* the term lapsed: mark it announced */
-	ACTION_HANDOFF				/* end the term, begin a candidate's */
+	ACTION_HANDOFF,				/* end the term, begin a candidate's */
+	ACTION_PROCLAIM				/* same term, a new value */
 } LeaseAction;
 
 /* ---------------------------------------------------------------------
@@ -316,6 +317,9 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 
 		case LEASE_OP_HANDOFF:
 			return term_ok ? ACTION_HANDOFF : ACTION_NONE;
+
+		case LEASE_OP_PROCLAIM:
+			return term_ok ? ACTION_PROCLAIM : ACTION_NONE;
 	}
 	pg_unreachable();
 }
@@ -463,6 +467,14 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			*new = *cur;
 			new->renewed_at = Max(now, Max(cur->renewed_at, cur->acquired_at));
 			new->expires_at = add_ttl(new->renewed_at, req->ttl);
+			/* an acquire or wait by the holder may give a new value */
+			if (req->value != NULL)
+				new->value = req->value;
+			break;
+
+		case ACTION_PROCLAIM:
+			*new = *cur;
+			new->value = req->value;
 			break;
 
 		case ACTION_NEW_TERM:
@@ -484,6 +496,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				new->acquired_at = begin;
 				new->renewed_at = begin;
 				new->expires_at = add_ttl(begin, req->ttl);
+				new->value = req->value;
 				break;
 			}
 
@@ -504,6 +517,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				new->acquired_at = begin;
 				new->renewed_at = begin;
 				new->expires_at = add_ttl(begin, pick->ttl);
+				new->value = pick->value;
 				if (pick->session_bound)
 				{
 					new->session_pid = pick->pid;
@@ -519,6 +533,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				new->expires_at = end_of_term(cur, now);
 			new->session_pid = 0;
 			new->session_start = 0;
+			new->value = NULL;
 			break;
 
 		case ACTION_ANNOUNCE_EXPIRY:
@@ -526,6 +541,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->state = LEASE_STATE_EXPIRED;
 			new->session_pid = 0;
 			new->session_start = 0;
+			new->value = NULL;
 			break;
 
 		default:
@@ -585,6 +601,9 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 		case ACTION_ANNOUNCE_EXPIRY:
 			announce_end(req, cur, now, false);
 			hl_wake_waiters_at_end(written->name);
+			break;
+		case ACTION_PROCLAIM:
+			hl_event("proclaimed", written);
 			break;
 		case ACTION_HANDOFF:
 			announce_end(req, cur, now, false);

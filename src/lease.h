@@ -23,8 +23,9 @@ typedef enum LeaseOp
 	LEASE_OP_EXPIRE,			/* the worker: announce a lapsed term */
 	LEASE_OP_SESSION_END,		/* end the terms bound to a session that
 								 * ended */
-	LEASE_OP_HANDOFF			/* end a term, begin the next for a
+	LEASE_OP_HANDOFF,			/* end a term, begin the next for a
 								 * candidate */
+	LEASE_OP_PROCLAIM			/* set the running term's value */
 } LeaseOp;
 
 typedef struct LeaseRequest
@@ -40,6 +41,8 @@ typedef struct LeaseRequest
 	int32		priority;		/* wait: the candidate's priority */
 	text	   *to_owner;		/* handoff: the candidate's owner; NULL:
 								 * the first candidate */
+	text	   *value;			/* acquire, wait, proclaim: the value;
+								 * NULL: none */
 	int32		session_pid;	/* session_end: the session that ended */
 	TimestampTz session_start;
 	bool		busy_is_contention; /* a locked table is contention (waits,

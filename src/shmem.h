@@ -198,6 +198,8 @@ typedef struct HlCandidate
 	int64		ttl;			/* its term's, should it be handed one */
 	bool		session_bound;
 	TimestampTz session_start;	/* MyStartTimestamp */
+	int16		valuelen;		/* -1: no value */
+	char		value[HL_MAX_NAME_BYTES];
 	uint16		namelen;
 	uint16		ownerlen;
 	char		name[HL_MAX_NAME_BYTES];

@@ -59,7 +59,8 @@ enum
 	Anum_lease_session_start,
 	Anum_lease_owner_roleid,
 	Anum_lease_version,
-	Natts_lease = Anum_lease_version
+	Anum_lease_value,
+	Natts_lease = Anum_lease_value
 };
 
 static Datum
@@ -106,6 +107,8 @@ lease_from_slot(TupleTableSlot *slot, Lease *lease)
 
 	lease->version = slot->tts_isnull[Anum_lease_version - 1] ? 0 :
 		DatumGetInt64(slot->tts_values[Anum_lease_version - 1]);
+	lease->value = slot->tts_isnull[Anum_lease_value - 1] ? NULL :
+		(text *) PG_DETOAST_DATUM_COPY(slot->tts_values[Anum_lease_value - 1]);
 
 	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
 	lease->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
@@ -276,6 +279,8 @@ form_tuple(HlRelation *rel, const Lease *lease)
 	}
 	values[Anum_lease_version - 1] = Int64GetDatum(lease->version);
 	nulls[Anum_lease_version - 1] = (lease->version == 0);
+	values[Anum_lease_value - 1] = PointerGetDatum(lease->value);
+	nulls[Anum_lease_value - 1] = (lease->value == NULL);
 
 	return heap_form_tuple(RelationGetDescr(rel->heap), values, nulls);
 }

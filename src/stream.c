@@ -114,8 +114,8 @@ static bool
 put_event(const HlLoggedEvent *e, void *arg)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
-	Datum		values[6];
-	bool		nulls[6] = {0};
+	Datum		values[7];
+	bool		nulls[7] = {0};
 
 	values[0] = Int64GetDatum(e->seq);
 	values[1] = PointerGetDatum(e->event);
@@ -123,6 +123,10 @@ put_event(const HlLoggedEvent *e, void *arg)
 	values[3] = PointerGetDatum(e->owner);
 	values[4] = Int64GetDatum(e->generation);
 	values[5] = TimestampTzGetDatum(e->at);
+	/* (the value's column is 1.2's: absent while the SQL is 1.1's) */
+	values[6] = PointerGetDatum(e->value);
+	nulls[6] = (e->value == NULL);
+	Assert(rsinfo->setDesc->natts <= 7);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return true;
 }

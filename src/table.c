@@ -91,6 +91,7 @@ static const ColumnSpec lease_columns[] = {
 	{"session_start", TIMESTAMPTZOID, false},
 	{"owner_roleid", OIDOID, true},
 	{"version", INT8OID, false},
+	{"value", TEXTOID, false},
 };
 
 static const ColumnSpec history_columns[] = {
@@ -136,6 +137,7 @@ static const ColumnSpec event_columns[] = {
 	{"generation", INT8OID, true},
 	{"expires_at", TIMESTAMPTZOID, true},
 	{"at", TIMESTAMPTZOID, true},
+	{"value", TEXTOID, false},
 };
 
 static const ColumnSpec delivery_columns[] = {
@@ -707,7 +709,8 @@ TupleDesc
 hl_lease_result_desc(FunctionCallInfo fcinfo)
 {
 	static const Oid types[] = {
-		TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID
+		TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		TEXTOID
 	};
 	Oid			typid;
 	TupleDesc	desc;

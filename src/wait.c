@@ -284,7 +284,7 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 	{
 		/* a candidate from now on: a freed lease goes to the first */
 		hl_candidate_enter(req->name, req->owner, req->priority, req->ttl,
-						   req->session_bound);
+						   req->session_bound, req->value);
 		acquired = wait_loop(req, deadline, cv, result);
 	}
 	PG_FINALLY();

@@ -116,5 +116,35 @@ is( $node->safe_psql('postgres',
 	'session ended', 'and ends with the candidate\'s session');
 is(finish($c3) =~ /^c3 /, 1, 'the remaining candidate gets the freed lease');
 
+# --- a candidate's value goes with the term handed to it, and the events
+# carry it, in the NOTIFY payload too --------------------------------------
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('v', 'vh', '1 h')});
+my $gv = $node->safe_psql('postgres', q{SELECT generation FROM hoplock_holder('v')});
+my $vout = '';
+my $vh = IPC::Run::start(
+	[
+		'psql', '-XAtq', '-d', $node->connstr('postgres'), '-c',
+		q{SELECT owner || ' ' || value FROM hoplock_wait('v', 'vc', '1 h', '60 s', value => 'host-c:4444')}
+	],
+	'>', \$vout, '2>&1');
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_candidates WHERE name = 'v'})
+  or die 'no candidate for v';
+my $listen_out = '';
+my $lh = IPC::Run::start(
+	[
+		'psql', '-XAtq', '-d', $node->connstr('postgres'),
+		'-c', 'LISTEN hoplock', '-c', 'SELECT pg_sleep(2)'
+	],
+	'>', \$listen_out, '2>&1');
+sleep 1;
+is($node->safe_psql('postgres', "SELECT value FROM hoplock_handoff('v', 'vh', $gv)"),
+	'host-c:4444', 'the handed term has the candidate\'s value');
+$vh->finish;
+is($vout =~ s/\n$//r, 'vc host-c:4444', '... which the candidate\'s wait returns');
+$lh->finish;
+like($listen_out, qr/"event": "acquired", "name": "v", "owner": "vc".*"value": "host-c:4444"\}/,
+	'the acquired event\'s payload carries the value');
+
 $node->stop;
 done_testing();
