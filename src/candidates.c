@@ -20,7 +20,15 @@
  *		least once a second (wait.c).  One that leaves without the lease
  *		wakes the others, one of whom may now be first.
  *
- *		This file calls nothing of hoplock's but shared memory (shmem.c).
+ *		A handoff (lease.c) writes the next term for the candidate it picks,
+ *		in the holder's transaction, and marks the candidate's entry.  A
+ *		candidate whose wait ends without that term -- a timeout, a cancel,
+ *		an error, its client gone -- asks the worker to end it (it ends it
+ *		once the handoff has committed, or finds nothing if it rolled back),
+ *		so that a handed term never outlives the wait it was written for.
+ *
+ *		This file calls nothing of hoplock's but shared memory and the
+ *		worker's mailbox (shmem.c, mailbox.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -29,7 +37,10 @@
 #include "candidates.h"
 #include "shmem.h"
 
+#include "access/xact.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/syscache.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
@@ -43,10 +54,18 @@ my_entry(void)
 	return &hl_shared->candidates[hl_proc_index()];
 }
 
+/*
+ * Is entry key "a" the key "b"?  The database first, then, after a read
+ * barrier, the digest: an entry of another partition may be written
+ * meanwhile, digest before database (hl_candidate_enter).
+ */
 static bool
 same_key(const HlWaitKey *a, const HlWaitKey *b)
 {
-	return a->dboid == b->dboid && a->digest == b->digest;
+	if (a->dboid != b->dboid)
+		return false;
+	pg_read_barrier();
+	return a->digest == b->digest;
 }
 
 /* Does candidate "a" come before "b"? */
@@ -89,7 +108,6 @@ hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
 	me = my_entry();
 	lock = hl_wait_lock_for(&key);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
-	me->key = key;
 	me->priority = priority;
 	me->pid = MyProcPid;
 	me->roleid = GetUserId();
@@ -97,6 +115,8 @@ hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
 	me->ttl = ttl;
 	me->session_bound = session_bound;
 	me->session_start = MyStartTimestamp;
+	me->xact_snapshot = IsolationUsesXactSnapshot();
+	me->handed = 0;
 	me->valuelen = -1;
 	if (value != NULL)
 	{
@@ -108,6 +128,14 @@ hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
 	memcpy(me->name, VARDATA_ANY(name), me->namelen);
 	me->ownerlen = Min(VARSIZE_ANY_EXHDR(owner), HL_MAX_NAME_BYTES);
 	memcpy(me->owner, VARDATA_ANY(owner), me->ownerlen);
+	/*
+	 * The key last, the database after the digest: a reader of another
+	 * partition, which holds no lock of this one, never matches this entry
+	 * before it is filled in, nor with a digest of another name.
+	 */
+	me->key.digest = key.digest;
+	pg_write_barrier();
+	me->key.dboid = key.dboid;
 	entered = true;
 	pg_atomic_fetch_add_u32(&hl_shared->ncandidates, 1);
 	LWLockRelease(lock);
@@ -123,6 +151,8 @@ hl_candidate_leave(bool acquired)
 	HlCandidate *me;
 	HlWaitKey	key;
 	LWLock	   *lock;
+	int64		handed;
+	text	   *name = NULL;
 
 	if (!entered)
 		return;
@@ -130,12 +160,23 @@ hl_candidate_leave(bool acquired)
 	key = me->key;
 	lock = hl_wait_lock_for(&key);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
+	handed = me->handed;
+	if (handed != 0)
+		name = cstring_to_text_with_len(me->name, me->namelen);
 	me->key.dboid = InvalidOid;
+	pg_write_barrier();
+	me->key.digest = 0;
+	me->handed = 0;
 	entered = false;
 	pg_atomic_fetch_sub_u32(&hl_shared->ncandidates, 1);
 	LWLockRelease(lock);
 	if (!acquired)
+	{
+		/* a term a handoff wrote for this wait has nobody: end it */
+		if (handed != 0)
+			hl_post_abandoned(name, handed);
 		hl_wake_waiters(&key);
+	}
 }
 
 /*
@@ -170,16 +211,24 @@ hl_candidate_may_take(text *name)
 
 /*
  * The first candidate of lease "name" whose owner is "to_owner" (NULL: the
- * first of all), in *pick, for hoplock_handoff; false if there is none.
- * This backend is never picked.
+ * first of all) that a term can be handed to, in *pick, for
+ * hoplock_handoff; false if there is none.  Only a candidate of a role the
+ * caller has the privileges of: the holder hands its term on within its
+ * own roles, and no other role can catch it by waiting under the same
+ * owner, nor be handed a term it would answer for.  Never this backend,
+ * nor a candidate waiting under REPEATABLE READ or SERIALIZABLE (it could
+ * not take the term: the handoff commits after its snapshot), nor one
+ * whose role was dropped while it waited.
  */
 bool
 hl_candidate_pick(text *name, text *to_owner, HlCandidatePick *pick)
 {
 	HlWaitKey	key;
 	LWLock	   *lock;
-	HlCandidate first;
-	bool		found = false;
+	HlCandidate *found;
+	int		   *index;
+	int			n = 0;
+	int			best = -1;
 	int			me;
 
 	if (hl_shared == NULL ||
@@ -187,36 +236,73 @@ hl_candidate_pick(text *name, text *to_owner, HlCandidatePick *pick)
 		return false;
 	hl_wait_key(name, &key);
 	me = hl_proc_index();
+
+	/* copied under the lock, judged after it (the judging reads catalogs) */
+	found = palloc(sizeof(HlCandidate) * hl_shared->nprocs);
+	index = palloc(sizeof(int) * hl_shared->nprocs);
 	lock = hl_wait_lock_for(&key);
 	LWLockAcquire(lock, LW_SHARED);
 	for (int i = 0; i < hl_shared->nprocs; i++)
 	{
 		HlCandidate *c = &hl_shared->candidates[i];
 
-		if (i == me || !same_key(&c->key, &key))
+		if (i == me || !same_key(&c->key, &key) || c->xact_snapshot)
 			continue;
 		if (to_owner != NULL &&
 			(c->ownerlen != VARSIZE_ANY_EXHDR(to_owner) ||
 			 memcmp(c->owner, VARDATA_ANY(to_owner), c->ownerlen) != 0))
 			continue;
-		if (!found || comes_before(c, &first))
-		{
-			first = *c;
-			found = true;
-		}
+		found[n] = *c;
+		index[n++] = i;
 	}
 	LWLockRelease(lock);
-	if (!found)
+
+	for (int i = 0; i < n; i++)
+	{
+		if (best >= 0 && !comes_before(&found[i], &found[best]))
+			continue;
+		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(found[i].roleid)) ||
+			!has_privs_of_role(GetUserId(), found[i].roleid))
+			continue;
+		best = i;
+	}
+	if (best < 0)
 		return false;
-	pick->owner = cstring_to_text_with_len(first.owner, first.ownerlen);
-	pick->roleid = first.roleid;
-	pick->ttl = first.ttl;
-	pick->session_bound = first.session_bound;
-	pick->pid = first.pid;
-	pick->session_start = first.session_start;
-	pick->value = first.valuelen < 0 ? NULL :
-		cstring_to_text_with_len(first.value, first.valuelen);
+	pick->owner = cstring_to_text_with_len(found[best].owner,
+										   found[best].ownerlen);
+	pick->roleid = found[best].roleid;
+	pick->ttl = found[best].ttl;
+	pick->session_bound = found[best].session_bound;
+	pick->pid = found[best].pid;
+	pick->session_start = found[best].session_start;
+	pick->value = found[best].valuelen < 0 ? NULL :
+		cstring_to_text_with_len(found[best].value, found[best].valuelen);
+	pick->index = index[best];
+	pick->seq = found[best].seq;
 	return true;
+}
+
+/*
+ * A handoff wrote the term of "generation" of lease "name" for the
+ * candidate it picked: mark its entry, if it still waits, so that a wait
+ * that ends without the term has the worker end it (hl_candidate_leave).
+ */
+void
+hl_candidate_handed(text *name, const HlCandidatePick *pick, int64 generation)
+{
+	HlWaitKey	key;
+	LWLock	   *lock;
+	HlCandidate *c;
+
+	if (hl_shared == NULL)
+		return;
+	hl_wait_key(name, &key);
+	lock = hl_wait_lock_for(&key);
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	c = &hl_shared->candidates[pick->index];
+	if (same_key(&c->key, &key) && c->seq == pick->seq)
+		c->handed = generation;
+	LWLockRelease(lock);
 }
 
 /*

@@ -33,12 +33,16 @@ typedef struct HlCandidatePick
 	int32		pid;
 	TimestampTz session_start;
 	text	   *value;			/* NULL: none */
+	int			index;			/* its entry, */
+	uint64		seq;			/* ... for this wait */
 } HlCandidatePick;
 
 extern void hl_candidate_enter(text *name, text *owner, int32 priority,
 							   int64 ttl, bool session_bound, text *value);
 extern bool hl_candidate_pick(text *name, text *to_owner,
 							  HlCandidatePick *pick);
+extern void hl_candidate_handed(text *name, const HlCandidatePick *pick,
+								int64 generation);
 extern void hl_candidate_leave(bool acquired);
 extern bool hl_candidate_may_take(text *name);
 extern int	hl_candidates_list(HlCandidateRow **rows);

@@ -320,6 +320,11 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 
 		case LEASE_OP_PROCLAIM:
 			return term_ok ? ACTION_PROCLAIM : ACTION_NONE;
+
+		case LEASE_OP_ABANDONED:
+			if (held && cur->generation == req->generation)
+				return ACTION_END_TERM;
+			return ACTION_NONE;
 	}
 	pg_unreachable();
 }
@@ -350,6 +355,8 @@ how_ended(const LeaseRequest *req)
 			return "written over";
 		case LEASE_OP_HANDOFF:
 			return "handed off";
+		case LEASE_OP_ABANDONED:
+			return "abandoned";
 		default:
 			return "released";
 	}
@@ -394,7 +401,7 @@ check_action_privileges(const LeaseRequest *req, LeaseAction action,
 						const Lease *cur, TimestampTz now)
 {
 	if (req->op == LEASE_OP_FORCE_RELEASE || req->op == LEASE_OP_EXPIRE ||
-		req->op == LEASE_OP_SESSION_END)
+		req->op == LEASE_OP_SESSION_END || req->op == LEASE_OP_ABANDONED)
 		return;
 	if (action == ACTION_EXTEND || hl_lease_is_held(cur, now))
 		hl_check_term_role(cur);
@@ -568,7 +575,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
  */
 static void
 after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
-			const Lease *written, TimestampTz now)
+			const HlCandidatePick *pick, const Lease *written, TimestampTz now)
 {
 	switch (action)
 	{
@@ -607,6 +614,7 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			break;
 		case ACTION_HANDOFF:
 			announce_end(req, cur, now, false);
+			hl_candidate_handed(written->name, pick, written->generation);
 			hl_event("acquired", written);
 			hl_history_begin(written);
 			hl_count(HL_COUNT_TERMS_BEGUN);
@@ -774,8 +782,12 @@ write_row(CasState *st, LeaseAction action, LeaseVersion *cur,
 		return TM_Ok;
 	}
 
-	/* a name another role began the last term of counts now */
-	if ((action == ACTION_NEW_TERM || action == ACTION_HANDOFF) &&
+	/*
+	 * A name another role began the last term of counts now.  (Not for a
+	 * term handed to a candidate: the handoff neither creates the name nor
+	 * may take, in the holder's transaction, another role's lock.)
+	 */
+	if (action == ACTION_NEW_TERM &&
 		cur->lease.owner_roleid != written->owner_roleid &&
 		check_names_per_role(&st->rel, written->owner_roleid))
 		st->role_locks = lappend_oid(st->role_locks, written->owner_roleid);
@@ -903,7 +915,7 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	hl_version_release(&cur);
 	if (tm == TM_Ok)
 	{
-		after_write(req, action, curp, result, now);
+		after_write(req, action, curp, &pick, result, now);
 		commit_durably(req);
 		return LEASE_DONE;
 	}

@@ -25,7 +25,9 @@ typedef enum LeaseOp
 								 * ended */
 	LEASE_OP_HANDOFF,			/* end a term, begin the next for a
 								 * candidate */
-	LEASE_OP_PROCLAIM			/* set the running term's value */
+	LEASE_OP_PROCLAIM,			/* set the running term's value */
+	LEASE_OP_ABANDONED			/* the worker: end a term handed to a
+								 * candidate that stopped waiting */
 } LeaseOp;
 
 typedef struct LeaseRequest

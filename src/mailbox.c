@@ -88,6 +88,26 @@ hl_post_session_end(text *name, int32 pid, TimestampTz start)
 	hl_post(MyDatabaseId, &msg);
 }
 
+/*
+ * Tell the worker that the term of "generation" of "name", which a handoff
+ * wrote for this backend while it waited, has nobody: the wait ended
+ * without it.  The worker ends it once the handoff has committed (or
+ * finds nothing to end if it rolled back).
+ */
+void
+hl_post_abandoned(text *name, int64 generation)
+{
+	HlMessage	msg;
+
+	if (hl_shared == NULL)
+		return;
+	memset(&msg, 0, offsetof(HlMessage, name));
+	msg.kind = HL_MSG_ABANDONED;
+	msg.session_start = generation;
+	fill_name(&msg, name);
+	hl_post(MyDatabaseId, &msg);
+}
+
 static void
 mailbox_xact_callback(XactEvent event, void *arg)
 {

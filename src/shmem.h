@@ -46,9 +46,12 @@ typedef enum HlMessageKind
 {
 	HL_MSG_DEADLINE = 1,		/* a term begins or moves its expiry earlier */
 	HL_MSG_SESSION_END,			/* a session ended, its bound term did not */
-	HL_MSG_READ_AGAIN			/* a transaction began many terms, the
+	HL_MSG_READ_AGAIN,			/* a transaction began many terms, the
 								 * first lapsing at expires_at: read the
 								 * table again */
+	HL_MSG_ABANDONED			/* a candidate stopped waiting after a
+								 * handoff wrote it the term of
+								 * generation session_start: end it */
 } HlMessageKind;
 
 typedef struct HlMessage
@@ -199,6 +202,12 @@ typedef struct HlCandidate
 	bool		session_bound;
 	TimestampTz session_start;	/* MyStartTimestamp */
 	int16		valuelen;		/* -1: no value */
+	bool		xact_snapshot;	/* waits under REPEATABLE READ or
+								 * SERIALIZABLE: cannot take a term handed
+								 * to it, so is never picked */
+	int64		handed;			/* the generation a handoff wrote for it
+								 * (its transaction may not have
+								 * committed); 0: none */
 	char		value[HL_MAX_NAME_BYTES];
 	uint16		namelen;
 	uint16		ownerlen;
@@ -274,6 +283,7 @@ extern bool hl_session_alive(int32 pid, TimestampTz start);
 /* mailbox.c: deadlines posted when the transaction that set them commits */
 extern void hl_post_deadline_at_commit(text *name, TimestampTz expires_at);
 extern void hl_post_session_end(text *name, int32 pid, TimestampTz start);
+extern void hl_post_abandoned(text *name, int64 generation);
 extern void hl_mailbox_init(void);
 
 #endif							/* HOPLOCK_SHMEM_H */

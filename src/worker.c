@@ -128,7 +128,10 @@
 #define ERROR_PAUSE_MIN_MS	1000
 #define ERROR_PAUSE_MAX_S	10		/* and hoplock.naptime at most */
 
-/* A session that ended without ending its bound term */
+/*
+ * A session that ended without ending its bound term; or (pid 0) a term
+ * of generation "start" handed to a candidate that stopped waiting
+ */
 typedef struct SessionEnd
 {
 	/* hash key */
@@ -587,6 +590,10 @@ apply_messages(HlMessage *msgs, int n)
 				/* read before taking the round's snapshot: the pass sees them */
 				pass_asked = true;
 				break;
+			case HL_MSG_ABANDONED:
+				remember_session_end(msgs[i].name, msgs[i].namelen, 0,
+									 msgs[i].session_start);
+				break;
 		}
 	}
 }
@@ -761,11 +768,19 @@ end_sessions(void)
 			continue;
 		}
 		n++;
-		req.op = LEASE_OP_SESSION_END;
 		req.fn = "hoplock worker";
 		req.name = cstring_to_text(end->name);
-		req.session_pid = end->pid;
-		req.session_start = end->start;
+		if (end->pid == 0)
+		{
+			req.op = LEASE_OP_ABANDONED;
+			req.generation = end->start;
+		}
+		else
+		{
+			req.op = LEASE_OP_SESSION_END;
+			req.session_pid = end->pid;
+			req.session_start = end->start;
+		}
 		req.busy_is_contention = true;
 		if (hl_lease_cas(&req, &result, &found) == LEASE_CONTENDED)
 		{

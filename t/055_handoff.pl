@@ -116,6 +116,59 @@ is( $node->safe_psql('postgres',
 	'session ended', 'and ends with the candidate\'s session');
 is(finish($c3) =~ /^c3 /, 1, 'the remaining candidate gets the freed lease');
 
+# --- a candidate whose wait ends before the handoff commits ----------------
+# The handoff picks it and writes its term; the wait times out meanwhile.
+# Once the handoff commits, the worker ends the term nobody took
+# ("abandoned"), so the lease is free again within moments, not a ttl.
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('s', 'old', '1 h')});
+my $gs = $node->safe_psql('postgres', q{SELECT generation FROM hoplock_holder('s')});
+my $sout = '';
+my $sh = IPC::Run::start(
+	[
+		'psql', '-XAtq', '-d', $node->connstr('postgres'), '-c',
+		q{SELECT coalesce(owner, 'NULL') FROM hoplock_wait('s', 'f', '1 h', '2 s')}
+	],
+	'>', \$sout, '2>&1');
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_candidates WHERE name = 's'})
+  or die 'no candidate for s';
+my $handed = $node->safe_psql('postgres', qq{
+	BEGIN;
+	SELECT owner FROM hoplock_handoff('s', 'old', $gs);
+	SELECT pg_sleep(3);
+	COMMIT;
+});
+$sh->finish;
+is($handed =~ s/\n.*//sr, 'f', 'the handoff wrote the term for the candidate it picked');
+is($sout =~ s/\n$//r, 'NULL', 'whose wait timed out before the handoff committed');
+ok( $node->poll_query_until('postgres',
+		q{SELECT count(*) = 0 FROM hoplock_leases WHERE name = 's' AND NOT expired}),
+	'the worker ends the term nobody took');
+is( $node->safe_psql('postgres',
+		q{SELECT how FROM hoplock_history WHERE name = 's' AND owner = 'f'}),
+	'abandoned', 'the history says it was abandoned');
+
+# --- a candidate waiting under REPEATABLE READ is never picked -------------
+$node->safe_psql('postgres', q{SELECT hoplock_acquire('rr', 'old', '1 h')});
+my $gr = $node->safe_psql('postgres', q{SELECT generation FROM hoplock_holder('rr')});
+my $rout = '';
+my $rh = IPC::Run::start(
+	[
+		'psql', '-XAtq', '-d', $node->connstr('postgres'),
+		'-c', 'BEGIN ISOLATION LEVEL REPEATABLE READ',
+		'-c', q{SELECT coalesce(owner, 'NULL') FROM hoplock_wait('rr', 'f', '1 h', '2 s')},
+		'-c', 'COMMIT'
+	],
+	'>', \$rout, '2>&1');
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_candidates WHERE name = 'rr'})
+  or die 'no candidate for rr';
+is($node->safe_psql('postgres', "SELECT hoplock_handoff('rr', 'old', $gr) IS NULL"),
+	't', 'a candidate under REPEATABLE READ, which could not take the term, is not picked');
+$rh->finish;
+is($node->safe_psql('postgres', q{SELECT owner FROM hoplock_holder('rr')}),
+	'old', '... and the term goes on');
+
 # --- a candidate's value goes with the term handed to it, and the events
 # carry it, in the NOTIFY payload too --------------------------------------
 $node->safe_psql('postgres', q{SELECT hoplock_acquire('v', 'vh', '1 h')});
