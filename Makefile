@@ -74,7 +74,8 @@ REGRESS = \
 	fork_before_mint \
 	truncate_log \
 	handoff \
-	proclaim
+	proclaim \
+	step_down
 REGRESS_OPTS =
 TEMP_REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
 

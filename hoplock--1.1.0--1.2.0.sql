@@ -255,12 +255,21 @@ COMMENT ON FUNCTION @extschema@.hoplock_handoff(text, text, bigint, text) IS
 -- argument is a new function: the old one goes), hoplock_proclaim, a
 -- column of hoplock_leases and of hoplock_events.
 ALTER TABLE hoplock_internal.lease ADD COLUMN value text COLLATE "C";
+ALTER TABLE hoplock_internal.lease ADD COLUMN step_down_at timestamptz;
+ALTER TABLE hoplock_internal.lease ADD COLUMN step_down_to text COLLATE "C";
+COMMENT ON COLUMN hoplock_internal.lease.step_down_at IS
+    'when hoplock_request_step_down asked the holder of the running term to hand it over; NULL if nobody did';
+COMMENT ON COLUMN hoplock_internal.lease.step_down_to IS
+    'the owner it was asked to hand over to; NULL: any candidate';
 COMMENT ON COLUMN hoplock_internal.lease.value IS
     'the value the holder proclaimed for its term (its address, say): hoplock_proclaim, or value => at acquire; NULL if none';
 
 ALTER TYPE @extschema@.hoplock_lease ADD ATTRIBUTE value text;
+ALTER TYPE @extschema@.hoplock_lease ADD ATTRIBUTE step_down boolean;
 COMMENT ON COLUMN @extschema@.hoplock_lease.value IS
     'the value its holder proclaimed (hoplock_proclaim, or value => at acquire); empty if none';
+COMMENT ON COLUMN @extschema@.hoplock_lease.step_down IS
+    'a step-down of this term was requested (hoplock_request_step_down): hand it over';
 
 -- hoplock_acquire is replaced: no object of the user's may depend on the
 -- old one, and the privileges granted on it go to the new one.
@@ -323,6 +332,16 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.hoplock_proclaim(text, text, bigint, text) IS
     'publish a value (an address, a version) for the owner''s term of the given generation, without a new term; NULL clears it; false if the term is not the owner''s';
 
+CREATE FUNCTION @extschema@.hoplock_request_step_down(name text, to_owner text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'hoplock_request_step_down'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE EXECUTE ON FUNCTION @extschema@.hoplock_request_step_down(text, text) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.hoplock_request_step_down(text, text) IS
+    'ask the holder of the running term to hand it over (to to_owner, if given): a step_down event, and step_down in its next renewal; false if the lease is not held';
+
 CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
     SELECT l.name,
            l.owner,
@@ -339,7 +358,9 @@ CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            l.session_pid IS NOT NULL AS session_bound,
            l.session_pid AS holder_pid,
            hoplock_internal.blocker(l.name) AS blocked_by,
-           l.value
+           l.value,
+           l.step_down_at,
+           l.step_down_to
       FROM hoplock_internal.lease AS l
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
      WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
@@ -396,4 +417,4 @@ BEGIN
 END $$;
 
 COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
-    'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired, proclaimed';
+    'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired, proclaimed, step_down';

@@ -38,6 +38,8 @@ CREATE TABLE hoplock_internal.lease (
     owner_roleid  oid NOT NULL,
     version       bigint,
     value         text COLLATE "C",
+    step_down_at  timestamptz,
+    step_down_to  text COLLATE "C",
     CONSTRAINT lease_pkey PRIMARY KEY (name),
     CONSTRAINT lease_state_check CHECK (state OPERATOR(pg_catalog.=) ANY ('{h,x,r}'::"char"[])),
     CONSTRAINT lease_generation_check CHECK (generation OPERATOR(pg_catalog.>) 0)
@@ -51,6 +53,10 @@ COMMENT ON COLUMN hoplock_internal.lease.owner_roleid IS
     'OID of the role that began the term: only its members may change or fence it';
 COMMENT ON COLUMN hoplock_internal.lease.value IS
     'the value the holder proclaimed for its term (its address, say): hoplock_proclaim, or value => at acquire; NULL if none';
+COMMENT ON COLUMN hoplock_internal.lease.step_down_at IS
+    'when hoplock_request_step_down asked the holder of the running term to hand it over; NULL if nobody did';
+COMMENT ON COLUMN hoplock_internal.lease.step_down_to IS
+    'the owner it was asked to hand over to; NULL: any candidate';
 COMMENT ON COLUMN hoplock_internal.lease.version IS
     'version of the row, new at every write: the handle (NULL: not written since 1.1)';
 
@@ -94,12 +100,15 @@ CREATE TYPE @extschema@.hoplock_lease AS (
     handle      text,
     acquired_at timestamptz,
     expires_at  timestamptz,
-    value       text
+    value       text,
+    step_down   boolean
 );
 
 COMMENT ON TYPE @extschema@.hoplock_lease IS 'one term of a lease, as returned by the hoplock functions';
 COMMENT ON COLUMN @extschema@.hoplock_lease.value IS
     'the value its holder proclaimed (hoplock_proclaim, or value => at acquire); empty if none';
+COMMENT ON COLUMN @extschema@.hoplock_lease.step_down IS
+    'a step-down of this term was requested (hoplock_request_step_down): hand it over';
 
 CREATE FUNCTION @extschema@.hoplock_acquire(name text, owner text, ttl interval,
                                             session_bound boolean DEFAULT false,
@@ -159,6 +168,16 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.hoplock_proclaim(text, text, bigint, text) IS
     'publish a value (an address, a version) for the owner''s term of the given generation, without a new term; NULL clears it; false if the term is not the owner''s';
+
+CREATE FUNCTION @extschema@.hoplock_request_step_down(name text, to_owner text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'hoplock_request_step_down'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE EXECUTE ON FUNCTION @extschema@.hoplock_request_step_down(text, text) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.hoplock_request_step_down(text, text) IS
+    'ask the holder of the running term to hand it over (to to_owner, if given): a step_down event, and step_down in its next renewal; false if the lease is not held';
 
 CREATE FUNCTION @extschema@.hoplock_handoff(name text, owner text, generation bigint,
                                             to_owner text DEFAULT NULL)
@@ -256,7 +275,9 @@ CREATE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            l.session_pid IS NOT NULL AS session_bound,
            l.session_pid AS holder_pid,
            hoplock_internal.blocker(l.name) AS blocked_by,
-           l.value
+           l.value,
+           l.step_down_at,
+           l.step_down_to
       FROM hoplock_internal.lease AS l
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
      WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
@@ -380,7 +401,7 @@ AS 'MODULE_PATHNAME', 'hoplock_events'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
-    'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired, proclaimed';
+    'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired, proclaimed, step_down';
 
 -- Forget a released or lapsed name at once (the expiry worker forgets
 -- them after hoplock.released_retention); its generations stay monotone.

@@ -31,6 +31,7 @@ PG_FUNCTION_INFO_V1(hoplock_release);
 PG_FUNCTION_INFO_V1(hoplock_force_release);
 PG_FUNCTION_INFO_V1(hoplock_handoff);
 PG_FUNCTION_INFO_V1(hoplock_proclaim);
+PG_FUNCTION_INFO_V1(hoplock_request_step_down);
 PG_FUNCTION_INFO_V1(hoplock_holder);
 PG_FUNCTION_INFO_V1(hoplock_read);
 PG_FUNCTION_INFO_V1(hoplock_write);
@@ -42,8 +43,8 @@ static Datum
 lease_datum(FunctionCallInfo fcinfo, const Lease *lease)
 {
 	TupleDesc	desc = hl_lease_result_desc(fcinfo);
-	Datum		values[7];
-	bool		nulls[7] = {false, false, false, false, false, false, false};
+	Datum		values[8];
+	bool		nulls[8] = {0};
 	char		handle[LEASE_HANDLE_LEN];
 
 	hl_format_handle(lease, handle);
@@ -59,6 +60,7 @@ lease_datum(FunctionCallInfo fcinfo, const Lease *lease)
 	 */
 	values[6] = lease->value ? PointerGetDatum(lease->value) :
 		CStringGetTextDatum("");
+	values[7] = BoolGetDatum(lease->step_down_at != 0);
 
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
@@ -196,6 +198,26 @@ hoplock_proclaim(PG_FUNCTION_ARGS)
 	req.owner = hl_arg_name(fcinfo, 1, "owner");
 	req.generation = hl_arg_generation(fcinfo, 2);
 	req.value = hl_arg_value(fcinfo, 3);
+	return cas_returning_bool(&req);
+}
+
+/*
+ * hoplock_request_step_down(name, to_owner): ask the holder of the running
+ * term to hand it over (to to_owner's candidate, if given); false if the
+ * lease is not held.  The holder learns it from a step_down event and from
+ * step_down in the lease its next renewal returns; it keeps the lease until
+ * it acts.  Not executable by PUBLIC.
+ */
+Datum
+hoplock_request_step_down(PG_FUNCTION_ARGS)
+{
+	LeaseRequest req = {0};
+
+	req.op = LEASE_OP_STEP_DOWN;
+	req.fn = "hoplock_request_step_down()";
+	req.name = hl_arg_name(fcinfo, 0, "name");
+	if (!PG_ARGISNULL(1))
+		req.to_owner = hl_arg_name(fcinfo, 1, "to_owner");
 	return cas_returning_bool(&req);
 }
 

@@ -57,6 +57,8 @@ typedef struct Lease
 	int64		version;		/* of this row version, new at every write:
 								 * the handle; 0 if not written since 1.1 */
 	text	   *value;			/* the holder's proclaimed value; NULL: none */
+	TimestampTz step_down_at;	/* when a step-down was requested; 0: none */
+	text	   *step_down_to;	/* ... to whom; NULL: anyone */
 } Lease;
 
 /* Longest handle text, including the terminating NUL. */

@@ -91,7 +91,8 @@ typedef enum LeaseAction
 	ACTION_END_TERM,
 	ACTION_ANNOUNCE_EXPIRY,		/* the term lapsed: mark it announced */
 	ACTION_HANDOFF,				/* end the term, begin a candidate's */
-	ACTION_PROCLAIM				/* same term, a new value */
+	ACTION_PROCLAIM,			/* same term, a new value */
+	ACTION_STEP_DOWN			/* same term, a step-down asked of it */
 } LeaseAction;
 
 /* ---------------------------------------------------------------------
@@ -325,6 +326,9 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 			if (held && cur->generation == req->generation)
 				return ACTION_END_TERM;
 			return ACTION_NONE;
+
+		case LEASE_OP_STEP_DOWN:
+			return held ? ACTION_STEP_DOWN : ACTION_NONE;
 	}
 	pg_unreachable();
 }
@@ -401,7 +405,8 @@ check_action_privileges(const LeaseRequest *req, LeaseAction action,
 						const Lease *cur, TimestampTz now)
 {
 	if (req->op == LEASE_OP_FORCE_RELEASE || req->op == LEASE_OP_EXPIRE ||
-		req->op == LEASE_OP_SESSION_END || req->op == LEASE_OP_ABANDONED)
+		req->op == LEASE_OP_SESSION_END || req->op == LEASE_OP_ABANDONED ||
+		req->op == LEASE_OP_STEP_DOWN)
 		return;
 	if (action == ACTION_EXTEND || hl_lease_is_held(cur, now))
 		hl_check_term_role(cur);
@@ -484,6 +489,12 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->value = req->value;
 			break;
 
+		case ACTION_STEP_DOWN:
+			*new = *cur;
+			new->step_down_at = now;
+			new->step_down_to = req->to_owner;
+			break;
+
 		case ACTION_NEW_TERM:
 			{
 				/* not before the previous term ended, as recorded */
@@ -541,6 +552,8 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->session_pid = 0;
 			new->session_start = 0;
 			new->value = NULL;
+			new->step_down_at = 0;
+			new->step_down_to = NULL;
 			break;
 
 		case ACTION_ANNOUNCE_EXPIRY:
@@ -549,6 +562,8 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->session_pid = 0;
 			new->session_start = 0;
 			new->value = NULL;
+			new->step_down_at = 0;
+			new->step_down_to = NULL;
 			break;
 
 		default:
@@ -612,6 +627,15 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 		case ACTION_PROCLAIM:
 			hl_event("proclaimed", written);
 			break;
+		case ACTION_STEP_DOWN:
+			{
+				/* the event's value: whom to hand over to, if anyone */
+				Lease		asked = *written;
+
+				asked.value = req->to_owner;
+				hl_event("step_down", &asked);
+				break;
+			}
 		case ACTION_HANDOFF:
 			announce_end(req, cur, now, false);
 			hl_candidate_handed(written->name, pick, written->generation);

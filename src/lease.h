@@ -26,8 +26,9 @@ typedef enum LeaseOp
 	LEASE_OP_HANDOFF,			/* end a term, begin the next for a
 								 * candidate */
 	LEASE_OP_PROCLAIM,			/* set the running term's value */
-	LEASE_OP_ABANDONED			/* the worker: end a term handed to a
+	LEASE_OP_ABANDONED,			/* the worker: end a term handed to a
 								 * candidate that stopped waiting */
+	LEASE_OP_STEP_DOWN			/* ask the holder to hand over */
 } LeaseOp;
 
 typedef struct LeaseRequest

@@ -60,7 +60,9 @@ enum
 	Anum_lease_owner_roleid,
 	Anum_lease_version,
 	Anum_lease_value,
-	Natts_lease = Anum_lease_value
+	Anum_lease_step_down_at,
+	Anum_lease_step_down_to,
+	Natts_lease = Anum_lease_step_down_to
 };
 
 static Datum
@@ -109,6 +111,10 @@ lease_from_slot(TupleTableSlot *slot, Lease *lease)
 		DatumGetInt64(slot->tts_values[Anum_lease_version - 1]);
 	lease->value = slot->tts_isnull[Anum_lease_value - 1] ? NULL :
 		(text *) PG_DETOAST_DATUM_COPY(slot->tts_values[Anum_lease_value - 1]);
+	lease->step_down_at = slot->tts_isnull[Anum_lease_step_down_at - 1] ? 0 :
+		DatumGetTimestampTz(slot->tts_values[Anum_lease_step_down_at - 1]);
+	lease->step_down_to = slot->tts_isnull[Anum_lease_step_down_to - 1] ? NULL :
+		(text *) PG_DETOAST_DATUM_COPY(slot->tts_values[Anum_lease_step_down_to - 1]);
 
 	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
 	lease->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
@@ -281,6 +287,10 @@ form_tuple(HlRelation *rel, const Lease *lease)
 	nulls[Anum_lease_version - 1] = (lease->version == 0);
 	values[Anum_lease_value - 1] = PointerGetDatum(lease->value);
 	nulls[Anum_lease_value - 1] = (lease->value == NULL);
+	values[Anum_lease_step_down_at - 1] = TimestampTzGetDatum(lease->step_down_at);
+	nulls[Anum_lease_step_down_at - 1] = (lease->step_down_at == 0);
+	values[Anum_lease_step_down_to - 1] = PointerGetDatum(lease->step_down_to);
+	nulls[Anum_lease_step_down_to - 1] = (lease->step_down_to == NULL);
 
 	return heap_form_tuple(RelationGetDescr(rel->heap), values, nulls);
 }

@@ -92,6 +92,8 @@ static const ColumnSpec lease_columns[] = {
 	{"owner_roleid", OIDOID, true},
 	{"version", INT8OID, false},
 	{"value", TEXTOID, false},
+	{"step_down_at", TIMESTAMPTZOID, false},
+	{"step_down_to", TEXTOID, false},
 };
 
 static const ColumnSpec history_columns[] = {
@@ -710,7 +712,7 @@ hl_lease_result_desc(FunctionCallInfo fcinfo)
 {
 	static const Oid types[] = {
 		TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-		TEXTOID
+		TEXTOID, BOOLOID
 	};
 	Oid			typid;
 	TupleDesc	desc;
