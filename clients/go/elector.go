@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/exp/slog"
@@ -63,19 +64,40 @@ type Elector struct {
 	// Logger, if set, is told of terms begun and lost (Info), renewals
 	// (Debug) and errors retried (Warn).
 	Logger *slog.Logger
+
+	// Priority ranks this Elector among the candidates waiting for the
+	// lease: a freed or handed-over lease goes to the highest priority,
+	// among equals to the one waiting longest (default 0). Only with a
+	// backend that implements CandidateWaiter (the postgres backend,
+	// against hoplock 1.2 and later); ignored otherwise.
+	Priority int
+
+	// Value is published with each term this Elector begins (an address
+	// to send work to the leader, say): given with the wait that begins
+	// the term, and proclaimed (Proclaimer) when the term began without
+	// it. Any process reads it with Leader. Ignored by backends that keep
+	// no values (hoplock 1.1).
+	Value string
+
+	active atomic.Value // *term: the running term, for Handoff
 }
 
 // elector is an Elector's settings, checked and defaulted, with the
 // optional interfaces of its Backend found once.
 type elector struct {
+	e        *Elector
 	b        Backend
 	waiter   Waiter
+	cwaiter  CandidateWaiter
+	procl    Proclaimer
+	handoff  HandOffer
 	renewer  Renewer
 	releaser Releaser
 	holder   HolderReader
 	watcher  Watcher
 
 	owner          string
+	cand           Candidate
 	ttl            time.Duration
 	renew          time.Duration
 	poll           time.Duration
@@ -93,8 +115,10 @@ func (e *Elector) config() (*elector, error) {
 		return nil, errors.New("hoplock: Elector.Owner is empty")
 	}
 	c := &elector{
+		e:              e,
 		b:              e.Backend,
 		owner:          e.Owner,
+		cand:           Candidate{Priority: e.Priority, Value: e.Value},
 		ttl:            e.TTL,
 		renew:          e.Renew,
 		poll:           e.Poll,
@@ -143,6 +167,9 @@ func (e *Elector) config() (*elector, error) {
 	c.releaser, _ = e.Backend.(Releaser)
 	c.holder, _ = e.Backend.(HolderReader)
 	c.watcher, _ = e.Backend.(Watcher)
+	c.cwaiter, _ = e.Backend.(CandidateWaiter)
+	c.procl, _ = e.Backend.(Proclaimer)
+	c.handoff, _ = e.Backend.(HandOffer)
 	return c, nil
 }
 
@@ -153,6 +180,18 @@ func (e *Elector) config() (*elector, error) {
 // monotonic clock. It is also cancelled when ctx is. When fn returns, Lead
 // stops renewing, releases the lease on a fresh context bounded by
 // ReleaseTimeout, and returns fn's error.
+//
+// Two ends of a term hand it over instead of releasing it, when the
+// backend is a HandOffer: if ctx has ended by the time fn returns (a
+// graceful stop), or if a renewal reported a step-down request. The term
+// then goes, in one step, to the first candidate waiting for the lease
+// (highest Priority, then the longest waiting); when none waits, or the
+// backend (hoplock 1.1) cannot hand over, the lease is released as
+// before. A step-down request is acted on thus: the renewal that reports
+// it cancels fn's context, with LossCause ErrStepDown, while the term
+// still holds the lease (renewals stop); when fn returns -- before the
+// deadline, or the term is lost and released as usual -- Lead hands the
+// term over and returns fn's error.
 //
 // fn must stop acting as leader when its context is cancelled, and should
 // fence its writes with the lease's Generation: a process may pause at any
@@ -175,10 +214,97 @@ func (e *Elector) Lead(ctx context.Context, fn func(ctx context.Context, lease L
 		return err
 	}
 	t := c.startTerm(ctx, lease, sent, wake, nil)
+	e.setActive(t)
 	err = fn(t.ctx, t.current())
 	t.stop()
-	c.release(t.current())
+	e.setActive(nil)
+	c.end(t, ctx.Err() != nil)
 	return err
+}
+
+func (e *Elector) setActive(t *term) { e.active.Store(t) }
+
+// Handoff hands the term this Elector runs now (under Lead or Run) over to
+// the candidate waiting for the lease as owner to, or with to "" to the
+// first candidate (highest Priority, then the longest waiting), in one
+// step: the candidate's wait returns the next term, and nobody leads in
+// between. The rule: if, and only if, Handoff returns nil, the term is
+// over -- its context is cancelled at once with LossCause ErrHandedOff,
+// Lead then returns when fn does (releasing nothing), and Run reports
+// EventLost with ErrHandedOff and campaigns again, as a candidate. On any
+// error this Elector goes on leading: ErrNoCandidate when no such
+// candidate waits (or the term was already over on the backend's side),
+// ErrNoLease when this Elector does not lead, ErrUnsupported when the
+// backend (hoplock 1.1) cannot hand over, or the backend's error.
+// Renewals and Handoff never run at the same time.
+func (e *Elector) Handoff(ctx context.Context, to string) error {
+	t, _ := e.active.Load().(*term)
+	if t == nil {
+		return ErrNoLease
+	}
+	return t.handOver(ctx, to)
+}
+
+// Leader returns who leads now, and the value it proclaimed (see Value),
+// for any process, leading or not, campaigning or not: the running term
+// by the backend's clock (HolderReader), or through a plain Backend the
+// stored state unless it has expired by Now. With nobody leading it
+// returns ErrNoLease. Only Backend (and Now) need be set.
+func (e *Elector) Leader(ctx context.Context) (State, string, error) {
+	if e.Backend == nil {
+		return State{}, "", errors.New("hoplock: Elector.Backend is nil")
+	}
+	if h, ok := e.Backend.(HolderReader); ok {
+		l, err := h.Holder(ctx)
+		switch {
+		case err != nil:
+			return State{}, "", err
+		case l == nil:
+			return State{}, "", ErrNoLease
+		}
+		return l.State, l.Value, nil
+	}
+	st, _, err := e.Backend.Read(ctx)
+	if err != nil && !errors.Is(err, ErrNoLease) {
+		return State{}, "", err
+	}
+	now := time.Now
+	if e.Now != nil {
+		now = e.Now
+	}
+	if st == nil || st.expiredAt(now()) {
+		return State{}, "", ErrNoLease
+	}
+	return *st, "", nil
+}
+
+// end ends term t once it has stopped: it hands the term over to the
+// first waiting candidate if graceful (the caller's context ended while
+// it led) or a step-down was requested, and the term still holds;
+// otherwise, or if nobody waits or the backend cannot hand over, it
+// releases the lease. A term already handed over is left alone.
+func (c *elector) end(t *term, graceful bool) {
+	t.mu.Lock()
+	handedOff, lost, stepping := t.handedOff, t.lost, t.stepping
+	l := t.lease
+	t.mu.Unlock()
+	if handedOff {
+		return
+	}
+	if (graceful || stepping) && !lost && c.handoff != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
+		nl, err := c.handoff.Handoff(ctx, c.owner, l.Generation, "")
+		cancel()
+		switch {
+		case err == nil && nl != nil:
+			c.info("handed off", "generation", l.Generation, "to", nl.Owner, "next_generation", nl.Generation)
+			return
+		case err == nil, errors.Is(err, ErrUnsupported):
+		default:
+			c.warn("could not hand the lease over, releasing it", err, "generation", l.Generation)
+		}
+	}
+	c.release(l)
 }
 
 // watch starts the backend's Watch, if it has one, on a context of its
@@ -222,7 +348,12 @@ func (c *elector) campaign(ctx context.Context, wake <-chan struct{}) (Lease, ti
 			pause time.Duration
 			err   error
 		)
-		if c.waiter != nil {
+		if c.cwaiter != nil && c.cand != (Candidate{}) {
+			lease, err = c.cwaiter.WaitCandidate(ctx, c.owner, c.ttl, c.poll, c.cand)
+			if d := time.Since(sent); err == nil && lease == nil && d < c.poll/2 {
+				pause = c.poll/2 - d
+			}
+		} else if c.waiter != nil {
 			lease, err = c.waiter.Wait(ctx, c.owner, c.ttl, c.poll)
 			if d := time.Since(sent); err == nil && lease == nil && d < c.poll/2 {
 				// The wait ended early: do not spin on a backend
@@ -294,8 +425,27 @@ func (c *elector) campaign(ctx context.Context, wake <-chan struct{}) (Lease, ti
 			}
 			continue
 		}
+		c.proclaim(ctx, &l)
 		l.Deadline = sent.Add(c.ttl)
 		return l, sent, nil
+	}
+}
+
+// proclaim publishes Value for the term of l if it began without it. A
+// failure is logged, not fatal: the term is no less this Elector's.
+func (c *elector) proclaim(ctx context.Context, l *Lease) {
+	if c.cand.Value == "" || l.Value == c.cand.Value || c.procl == nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.renew)
+	err := c.procl.Proclaim(pctx, c.owner, l.Generation, c.cand.Value)
+	cancel()
+	switch {
+	case err == nil:
+		l.Value = c.cand.Value
+	case errors.Is(err, ErrUnsupported):
+	default:
+		c.warn("could not proclaim the value", err, "generation", l.Generation)
 	}
 }
 

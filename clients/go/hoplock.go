@@ -22,6 +22,25 @@ var (
 	// by this process's monotonic clock. When renewals failed, the error
 	// says why the last one did.
 	ErrLeaseExpired = errors.New("hoplock: lease expired before it could be renewed")
+
+	// ErrHandedOff is the reason a term is lost when this Elector handed
+	// it over to a waiting candidate (Elector.Handoff).
+	ErrHandedOff = errors.New("hoplock: term handed over to another candidate")
+
+	// ErrStepDown is the reason a term's context is cancelled when a
+	// renewal reported that a step-down was requested
+	// (hoplock_request_step_down): the Elector hands the term over once
+	// the function it runs returns.
+	ErrStepDown = errors.New("hoplock: asked to step down")
+
+	// ErrNoCandidate reports a handoff that found no candidate waiting
+	// (none at all, or not the one named), or a term that was no longer
+	// the caller's; the term goes on.
+	ErrNoCandidate = errors.New("hoplock: no candidate to hand the term to")
+
+	// ErrUnsupported reports that the backend (or the server behind it:
+	// hoplock before 1.2) cannot do what was asked.
+	ErrUnsupported = errors.New("hoplock: not supported by the backend")
 )
 
 // State is what a Backend stores for a lease: who holds it, in which term,
@@ -82,6 +101,15 @@ type Lease struct {
 	// reading: compare it with time.Now only, as time.Until(l.Deadline).
 	// Zero in leases returned by a backend.
 	Deadline time.Time
+
+	// Value is what the holder proclaimed for the term (its address,
+	// say; see Elector.Value), or "" if nothing, or if the backend
+	// keeps no values.
+	Value string
+
+	// StepDown reports that a step-down of the term was requested
+	// (hoplock_request_step_down): its holder is to hand it over.
+	StepDown bool
 }
 
 // Backend stores the state of one lease with compare-and-swap on an opaque
@@ -161,6 +189,42 @@ type Watcher interface {
 	// Elector confirms it with Holder or Read. The channel is closed
 	// when ctx ends.
 	Watch(ctx context.Context) <-chan struct{}
+}
+
+// Candidate is how a campaign waits for the lease: its priority among the
+// candidates (higher first, then the one waiting longest), and the value
+// to proclaim for the term it begins.
+type Candidate struct {
+	Priority int
+	Value    string
+}
+
+// CandidateWaiter is a Waiter whose waits are ranked candidates that
+// bring a value to the term they begin.
+type CandidateWaiter interface {
+	// WaitCandidate is Wait as candidate cand. A backend (or server)
+	// that cannot rank candidates or keep values ignores them and
+	// waits as Wait does.
+	WaitCandidate(ctx context.Context, owner string, ttl, timeout time.Duration, cand Candidate) (*Lease, error)
+}
+
+// Proclaimer is a Backend that publishes a value for a running term.
+type Proclaimer interface {
+	// Proclaim sets the value of owner's term generation (value ""
+	// clears it). It returns ErrNoLease if that term is over or is not
+	// owner's, ErrUnsupported if the backend keeps no values.
+	Proclaim(ctx context.Context, owner string, generation int64, value string) error
+}
+
+// HandOffer is a Backend that hands a running term over to a candidate
+// waiting for the lease, in one step: nobody leads in between.
+type HandOffer interface {
+	// Handoff ends owner's term generation and begins the next for the
+	// candidate waiting as owner to (to "": the first, by priority then
+	// arrival), and returns that new term. It returns (nil, nil), the
+	// term going on, when there is no such candidate or the term is not
+	// owner's; ErrUnsupported if the backend cannot hand terms over.
+	Handoff(ctx context.Context, owner string, generation int64, to string) (*Lease, error)
 }
 
 type permanentError struct{ err error }

@@ -45,9 +45,12 @@ type Event struct {
 
 // Run campaigns for the lease until ctx ends, leading whenever it can, and
 // reports on the returned channel each term acquired, renewed and lost.
-// When ctx ends, Run releases the lease (on a fresh context bounded by
-// ReleaseTimeout), reports the last term lost with ctx.Err(), and then
-// closes the channel.
+// When ctx ends, Run hands the lease over to the first waiting candidate
+// or, when none waits (or the backend cannot hand over), releases it (on a
+// fresh context bounded by ReleaseTimeout), reports the last term lost
+// with ctx.Err(), and then closes the channel. A renewal that reports a
+// step-down request ends the term at once: Run reports EventLost with
+// ErrStepDown, hands the term over the same way, and campaigns again.
 //
 // Events are delivered in order without ever holding up the renewals: a
 // receiver that falls behind gets consecutive EventRenewed of one term
@@ -92,15 +95,17 @@ func (c *elector) run(ctx context.Context, q *eventQueue) {
 			continue
 		}
 		t := c.startTerm(ctx, lease, sent, wake, q)
+		c.e.setActive(t)
 		<-t.ctx.Done()
 		cause := t.lossCause()
 		t.stop()
+		c.e.setActive(nil)
 		if cause == nil {
 			cause = ctx.Err()
 		}
 		l := t.current()
 		q.push(Event{Kind: EventLost, Lease: l, Err: cause})
-		c.release(l)
+		c.end(t, ctx.Err() != nil)
 		if ctx.Err() != nil {
 			return
 		}

@@ -15,13 +15,19 @@ type term struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	lease    Lease
-	deadline time.Time // send time of the last successful renewal + TTL
-	timer    *time.Timer
-	lost     bool
-	cause    error
-	lastErr  error // the last transient renewal error, for the cause
+	mu        sync.Mutex
+	lease     Lease
+	deadline  time.Time // send time of the last successful renewal + TTL
+	timer     *time.Timer
+	lost      bool
+	cause     error
+	stepping  bool // a renewal reported a step-down request
+	handedOff bool // Handoff gave the term to another candidate
+
+	// calls keeps renewals, confirmations and Handoff from running at
+	// the same time.
+	calls   sync.Mutex
+	lastErr error // the last transient renewal error, for the cause
 
 	events *eventQueue // told of the term's events, if set (Run)
 
@@ -52,8 +58,10 @@ func (c termContext) Err() error {
 // LossCause returns why the term whose context ctx is (or derives from)
 // was lost: ErrLeaseHeld if another owner took the lease, ErrNoLease if
 // the term ended (released, expired, or forced out), an error wrapping
-// ErrLeaseExpired if no renewal succeeded within the TTL, or a permanent
-// backend error. It returns nil while the term holds, when the term ended
+// ErrLeaseExpired if no renewal succeeded within the TTL, ErrHandedOff if
+// Elector.Handoff gave it to another candidate, ErrStepDown if a step-down
+// was requested (the term then still holds the lease until the function
+// returns, and is handed over), or a permanent backend error. It returns nil while the term holds, when the term ended
 // for another reason (the parent context, or fn returning), or for a
 // context that is not a term's.
 func LossCause(ctx context.Context) error {
@@ -121,9 +129,11 @@ func (t *term) loop(sent time.Time, wake <-chan struct{}) {
 				wake = nil
 				continue
 			}
+			t.calls.Lock()
 			ctx, cancel := context.WithTimeout(t.ctx, c.renew)
 			err := c.confirm(ctx, t.current())
 			cancel()
+			t.calls.Unlock()
 			if err != nil {
 				t.lose(err)
 				return
@@ -136,12 +146,18 @@ func (t *term) loop(sent time.Time, wake <-chan struct{}) {
 			if s.Add(c.renew).Before(limit) {
 				limit = s.Add(c.renew)
 			}
+			t.calls.Lock()
 			ctx, cancel := context.WithDeadline(t.ctx, limit)
 			l, err := c.renewOnce(ctx, t.current())
 			cancel()
+			t.calls.Unlock()
 			switch {
 			case err == nil:
 				if !t.extend(l, s) {
+					return
+				}
+				if l.StepDown {
+					t.stepDown()
 					return
 				}
 				retry.reset()
@@ -235,6 +251,54 @@ func (t *term) stop() {
 	t.mu.Unlock()
 	t.cancel()
 	<-t.done
+}
+
+// stepDown cancels the term's context for a step-down request, with cause
+// ErrStepDown; the term is not lost, so that it can be handed over when
+// its function returns.
+func (t *term) stepDown() {
+	t.mu.Lock()
+	if t.lost || t.stepping {
+		t.mu.Unlock()
+		return
+	}
+	t.stepping = true
+	t.cause = ErrStepDown
+	gen := t.lease.Generation
+	t.mu.Unlock()
+	t.cancel()
+	t.c.info("asked to step down", "generation", gen)
+}
+
+// handOver hands the term to the candidate to ("" the first) and ends it
+// with cause ErrHandedOff (see Elector.Handoff).
+func (t *term) handOver(ctx context.Context, to string) error {
+	c := t.c
+	if c.handoff == nil {
+		return ErrUnsupported
+	}
+	t.calls.Lock()
+	defer t.calls.Unlock()
+	t.mu.Lock()
+	over := t.lost || t.handedOff
+	gen := t.lease.Generation
+	t.mu.Unlock()
+	if over {
+		return ErrNoLease
+	}
+	nl, err := c.handoff.Handoff(ctx, c.owner, gen, to)
+	if err != nil {
+		return err
+	}
+	if nl == nil {
+		return ErrNoCandidate
+	}
+	t.mu.Lock()
+	t.handedOff = true
+	t.mu.Unlock()
+	c.info("handed off", "generation", gen, "to", nl.Owner, "next_generation", nl.Generation)
+	t.lose(ErrHandedOff)
+	return nil
 }
 
 // lossCause returns why the term was lost, or nil.

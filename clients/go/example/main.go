@@ -111,7 +111,7 @@ func main() {
 			time.Sleep(time.Second)
 		}
 	}
-	logger.Info("stopped: lease released")
+	logger.Info("stopped: lease handed over or released")
 }
 
 // work is one unit of the leader's work: a row in work_log, written in a

@@ -126,6 +126,13 @@ type Backend struct {
 	name string
 	opts Options
 	q    queries
+	q12  queries // the same for hoplock 1.2 and later: with values, step-down
+
+	features struct {
+		sync.Mutex
+		known bool
+		v12   bool // hoplock_handoff, hoplock_proclaim, ranked candidates
+	}
 
 	mu     sync.Mutex
 	pinned map[int64]*sql.Conn // session-bound terms' connections
@@ -142,6 +149,10 @@ var (
 	_ hoplock.Releaser     = (*Backend)(nil)
 	_ hoplock.HolderReader = (*Backend)(nil)
 	_ hoplock.Watcher      = (*Backend)(nil)
+
+	_ hoplock.CandidateWaiter = (*Backend)(nil)
+	_ hoplock.Proclaimer      = (*Backend)(nil)
+	_ hoplock.HandOffer       = (*Backend)(nil)
 )
 
 // New returns the Backend of the lease name in db's database.
@@ -155,7 +166,8 @@ func New(db *sql.DB, name string, opts Options) *Backend {
 	if opts.WatchWait <= 0 {
 		opts.WatchWait = DefaultWatchWait
 	}
-	return &Backend{db: db, name: name, opts: opts, q: newQueries(quoteIdent(opts.Schema)), pinned: map[int64]*sql.Conn{}}
+	return &Backend{db: db, name: name, opts: opts, q: newQueries(quoteIdent(opts.Schema), false),
+		q12: newQueries(quoteIdent(opts.Schema), true), pinned: map[int64]*sql.Conn{}}
 }
 
 // Name returns the lease's name.
@@ -168,16 +180,26 @@ func (b *Backend) Schema() string { return b.opts.Schema }
 type queries struct {
 	read, write, delete, wait, renew, release, releaseAny, holder, fence string
 	position, watch                                                      string
+	waitCandidate, proclaim, handoff, hasV12                             string
 }
 
-const leaseColumns = "l.owner, l.generation, l.handle, l.acquired_at, l.expires_at"
+// The columns of a hoplock_lease that scanLease reads: hoplock 1.1's, then
+// the value and the step-down request of 1.2 (constants before 1.2).
+const (
+	leaseColumns11 = "l.owner, l.generation, l.handle, l.acquired_at, l.expires_at, NULL::text, false"
+	leaseColumns12 = "l.owner, l.generation, l.handle, l.acquired_at, l.expires_at, l.value, l.step_down"
+)
 
 // newQueries qualifies every function with the schema and casts every
 // argument to its parameter's exact type, so that no overload planted next
 // to hoplock's (say hoplock_wait(text, text, text, text, boolean)) can
 // match a call better than hoplock's own.
-func newQueries(schema string) queries {
+func newQueries(schema string, v12 bool) queries {
 	f := func(format string) string { return fmt.Sprintf(format, schema) }
+	leaseColumns := leaseColumns11
+	if v12 {
+		leaseColumns = leaseColumns12
+	}
 	return queries{
 		read:       f("SELECT " + leaseColumns + " FROM %s.hoplock_read($1::text) AS l"),
 		write:      f("SELECT " + leaseColumns + " FROM %s.hoplock_write($1::text, $2::text, $3::text, $4::interval) AS l"),
@@ -190,6 +212,11 @@ func newQueries(schema string) queries {
 		fence:      f("SELECT %s.hoplock_fence($1::text, $2::bigint)"),
 		position:   f("SELECT %s.hoplock_position()"),
 		watch:      f("SELECT w.seq, w.name FROM %s.hoplock_watch($1::bigint, $2::interval) AS w"),
+
+		waitCandidate: f("SELECT " + leaseColumns + " FROM %s.hoplock_wait($1::text, $2::text, $3::interval, $4::interval, $5::boolean, $6::integer, $7::text) AS l"),
+		proclaim:      f("SELECT %s.hoplock_proclaim($1::text, $2::text, $3::bigint, $4::text)"),
+		handoff:       f("SELECT " + leaseColumns + " FROM %s.hoplock_handoff($1::text, $2::text, $3::bigint, $4::text) AS l"),
+		hasV12:        "SELECT pg_catalog.to_regprocedure($1::text) IS NOT NULL",
 	}
 }
 
@@ -214,11 +241,12 @@ type scanner interface{ Scan(dest ...any) error }
 // scanLease reads a hoplock_lease row; a NULL lease is (nil, nil).
 func scanLease(row scanner) (*hoplock.Lease, error) {
 	var (
-		owner, handle       sql.NullString
-		gen                 sql.NullInt64
-		acquired, expiresAt sql.NullTime
+		owner, handle, value sql.NullString
+		gen                  sql.NullInt64
+		acquired, expiresAt  sql.NullTime
+		stepDown             sql.NullBool
 	)
-	if err := row.Scan(&owner, &gen, &handle, &acquired, &expiresAt); err != nil {
+	if err := row.Scan(&owner, &gen, &handle, &acquired, &expiresAt, &value, &stepDown); err != nil {
 		return nil, err
 	}
 	if !gen.Valid {
@@ -228,7 +256,40 @@ func scanLease(row scanner) (*hoplock.Lease, error) {
 		Handle:     handle.String,
 		State:      hoplock.State{Owner: owner.String, Generation: gen.Int64, ExpiresAt: expiresAt.Time},
 		AcquiredAt: acquired.Time,
+		Value:      value.String,
+		StepDown:   stepDown.Bool,
 	}, nil
+}
+
+// v12 reports whether the server's hoplock has what 1.2 brought
+// (hoplock_handoff, hoplock_proclaim, ranked candidates with values),
+// asked once (by the presence of hoplock_handoff in the schema) and
+// remembered.
+func (b *Backend) v12(ctx context.Context) (bool, error) {
+	b.features.Lock()
+	defer b.features.Unlock()
+	if b.features.known {
+		return b.features.v12, nil
+	}
+	fn := quoteIdent(b.opts.Schema) + ".hoplock_handoff(text,text,bigint,text)"
+	var ok bool
+	if err := b.db.QueryRowContext(ctx, b.q.hasV12, fn).Scan(&ok); err != nil {
+		return false, classify("to_regprocedure", err)
+	}
+	b.features.known, b.features.v12 = true, ok
+	return ok, nil
+}
+
+// queries returns the statements for the server's version of hoplock.
+func (b *Backend) queries(ctx context.Context) (*queries, error) {
+	v12, err := b.v12(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if v12 {
+		return &b.q12, nil
+	}
+	return &b.q, nil
 }
 
 // Read returns the stored state, expired or not, and its handle
@@ -291,6 +352,28 @@ func (b *Backend) Delete(ctx context.Context, handle string) error {
 // nil) after timeout (hoplock_wait). It waits on a connection of its own;
 // when ctx ends first, the wait is cancelled in the server.
 func (b *Backend) Wait(ctx context.Context, owner string, ttl, timeout time.Duration) (*hoplock.Lease, error) {
+	return b.wait(ctx, b.q.wait, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound)
+}
+
+// WaitCandidate is Wait as a candidate of priority cand.Priority, whose
+// term begins with the value cand.Value (hoplock_wait(..., priority,
+// value)); against hoplock 1.1 it is Wait.
+func (b *Backend) WaitCandidate(ctx context.Context, owner string, ttl, timeout time.Duration, cand hoplock.Candidate) (*hoplock.Lease, error) {
+	v12, err := b.v12(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !v12 {
+		return b.Wait(ctx, owner, ttl, timeout)
+	}
+	var value sql.NullString
+	if cand.Value != "" {
+		value = sql.NullString{String: cand.Value, Valid: true}
+	}
+	return b.wait(ctx, b.q12.waitCandidate, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound, cand.Priority, value)
+}
+
+func (b *Backend) wait(ctx context.Context, query string, args ...any) (*hoplock.Lease, error) {
 	conn, err := b.db.Conn(ctx)
 	if err != nil {
 		return nil, classify("hoplock_wait", err)
@@ -304,8 +387,7 @@ func (b *Backend) Wait(ctx context.Context, owner string, ttl, timeout time.Dura
 	if _, err := conn.ExecContext(ctx, checkConnection); err != nil {
 		return nil, classify("hoplock_wait", err)
 	}
-	args := []any{b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound}
-	l, err := queryCancellable(ctx, conn, b.q.wait, args...)
+	l, err := queryCancellable(ctx, conn, query, args...)
 	if err != nil {
 		return nil, classify("hoplock_wait", err)
 	}
@@ -324,7 +406,11 @@ func (b *Backend) Wait(ctx context.Context, owner string, ttl, timeout time.Dura
 // Renew extends owner's term generation by ttl from now, by the server's
 // clock (hoplock_renew); ErrNoLease if the term is over.
 func (b *Backend) Renew(ctx context.Context, owner string, ttl time.Duration, generation int64) (*hoplock.Lease, error) {
-	l, err := scanLease(b.db.QueryRowContext(ctx, b.q.renew, b.name, owner, interval(ttl), generation))
+	q, err := b.queries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l, err := scanLease(b.db.QueryRowContext(ctx, q.renew, b.name, owner, interval(ttl), generation))
 	if err != nil {
 		return nil, classify("hoplock_renew", err)
 	}
@@ -384,9 +470,68 @@ func (b *Backend) Release(ctx context.Context, owner string, generation int64) e
 // Holder returns the running term by the server's clock, or nil if the
 // lease is free (hoplock_holder).
 func (b *Backend) Holder(ctx context.Context) (*hoplock.Lease, error) {
-	l, err := scanLease(b.db.QueryRowContext(ctx, b.q.holder, b.name))
+	q, err := b.queries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l, err := scanLease(b.db.QueryRowContext(ctx, q.holder, b.name))
 	if err != nil {
 		return nil, classify("hoplock_holder", err)
+	}
+	return l, nil
+}
+
+// Proclaim publishes value for owner's term generation, "" clearing it
+// (hoplock_proclaim): hoplock_holder returns it, and a proclaimed event
+// announces it. ErrNoLease if the term is over or not owner's;
+// hoplock.ErrUnsupported against hoplock 1.1.
+func (b *Backend) Proclaim(ctx context.Context, owner string, generation int64, value string) error {
+	v12, err := b.v12(ctx)
+	if err != nil {
+		return err
+	}
+	if !v12 {
+		return hoplock.ErrUnsupported
+	}
+	var v sql.NullString
+	if value != "" {
+		v = sql.NullString{String: value, Valid: true}
+	}
+	var ok bool
+	if err := b.db.QueryRowContext(ctx, b.q12.proclaim, b.name, owner, generation, v).Scan(&ok); err != nil {
+		return classify("hoplock_proclaim", err)
+	}
+	if !ok {
+		return hoplock.ErrNoLease
+	}
+	return nil
+}
+
+// Handoff ends owner's term generation and begins the next for the
+// candidate waiting in hoplock_wait as owner to (to "": the first, by
+// priority then arrival), in one transaction (hoplock_handoff); it returns
+// the new term, or (nil, nil) when there is no such candidate or the term
+// is not owner's, the term going on. hoplock.ErrUnsupported against
+// hoplock 1.1. A session-bound term's connection is closed once the term
+// is handed over.
+func (b *Backend) Handoff(ctx context.Context, owner string, generation int64, to string) (*hoplock.Lease, error) {
+	v12, err := b.v12(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !v12 {
+		return nil, hoplock.ErrUnsupported
+	}
+	var toOwner sql.NullString
+	if to != "" {
+		toOwner = sql.NullString{String: to, Valid: true}
+	}
+	l, err := scanLease(b.db.QueryRowContext(ctx, b.q12.handoff, b.name, owner, generation, toOwner))
+	if err != nil {
+		return nil, classify("hoplock_handoff", err)
+	}
+	if l != nil {
+		b.unpin(generation)
 	}
 	return l, nil
 }

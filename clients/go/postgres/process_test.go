@@ -428,10 +428,11 @@ func killRounds(t *testing.T, sessionBound bool, ttl time.Duration, graceful boo
 }
 
 // A leader process told to stop (SIGTERM, which cancels its Lead's
-// context): it releases, and the follower waiting in the server leads
-// within milliseconds.
+// context): it hands its term to the follower waiting in the server
+// (hoplock_handoff; a release against hoplock 1.1), which leads within
+// milliseconds.
 func TestProcessGracefulStop(t *testing.T) {
-	fastHandover(t, false, true, "leader process stopped (SIGTERM: ctx cancelled, release), signal")
+	fastHandover(t, false, true, "leader process stopped (SIGTERM: ctx cancelled, handoff), signal")
 }
 
 // A session-bound leader killed: its connection closes, its term ends at

@@ -1,0 +1,270 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"hoplock"
+	"hoplock/postgres"
+)
+
+// candidate is an Elector of the lease name on a pool of its own, that
+// waits in the server for as long as the test runs (Poll a minute), with
+// a priority and a value.
+func candidate(t *testing.T, name, owner string, priority int) *hoplock.Elector {
+	t.Helper()
+	db := openNode(t, "hoplock-test-cand-"+owner).db
+	e := elector(postgres.New(db, name, postgres.Options{Schema: testSchema()}), owner, 3*time.Second)
+	e.Poll = time.Minute
+	e.Priority = priority
+	e.Value = "addr-" + owner
+	return e
+}
+
+// isCandidate reports whether owner waits in hoplock_wait for name.
+func isCandidate(t *testing.T, name, owner string) bool {
+	t.Helper()
+	var n int
+	err := adminDB(t).QueryRow(q(`SELECT count(*) FROM %s.hoplock_candidates WHERE name = $1 AND owner = $2`), name, owner).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// Handoff gives the term to the best candidate (priority first), or to
+// the one named; the new leader's fn starts with its value, any process
+// reads it with Leader, and the old leader's context ends with
+// ErrHandedOff. A handoff to nobody waiting, or by an Elector that does
+// not lead, changes nothing.
+func TestHandoffToCandidate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := leaseName(t)
+	ea, eb, ec := candidate(t, name, "A", 0), candidate(t, name, "B", 0), candidate(t, name, "C", 5)
+	a := campaign(ctx, ea, nil)
+	sa := a.waitStarted(t, 5*time.Second)
+	if sa.lease.Value != "addr-A" {
+		t.Errorf("A's lease has value %q", sa.lease.Value)
+	}
+	observer := &hoplock.Elector{Backend: postgres.New(adminDB(t), name, postgres.Options{Schema: testSchema()})}
+	st, v, err := observer.Leader(ctx)
+	if err != nil || st.Owner != "A" || st.Generation != sa.lease.Generation || v != "addr-A" {
+		t.Fatalf("Leader = %+v, %q, %v; want A, addr-A", st, v, err)
+	}
+	if err := eb.Handoff(ctx, ""); !errors.Is(err, hoplock.ErrNoLease) {
+		t.Errorf("Handoff by an Elector that does not lead: %v", err)
+	}
+	if err := ea.Handoff(ctx, ""); !errors.Is(err, hoplock.ErrNoCandidate) {
+		t.Errorf("Handoff with nobody waiting: %v", err)
+	}
+	b := campaign(ctx, eb, nil)
+	eventually(t, 5*time.Second, "B waits", func() bool { return isCandidate(t, name, "B") })
+	c := campaign(ctx, ec, nil)
+	eventually(t, 5*time.Second, "C waits", func() bool { return isCandidate(t, name, "C") })
+	if err := ea.Handoff(ctx, "Z"); !errors.Is(err, hoplock.ErrNoCandidate) {
+		t.Errorf("Handoff to an owner not waiting: %v", err)
+	}
+	if o, g, _ := holder(t, name); o != "A" || g != sa.lease.Generation {
+		t.Fatalf("after failed handoffs the holder is %s/%d", o, g)
+	}
+
+	// to the first: C, of the higher priority, though B waits longer
+	t0 := time.Now()
+	if err := ea.Handoff(ctx, ""); err != nil {
+		t.Fatalf("Handoff: %v", err)
+	}
+	la := a.waitLost(t, 2*time.Second)
+	if !errors.Is(la.cause, hoplock.ErrHandedOff) {
+		t.Errorf("A lost for %v, want ErrHandedOff", la.cause)
+	}
+	sc := c.waitStarted(t, 2*time.Second)
+	if err := <-a.done; !errors.Is(err, context.Canceled) {
+		t.Errorf("A's Lead = %v", err)
+	}
+	if _, how := termEnd(t, name, sa.lease.Generation); how != "handed off" {
+		t.Errorf("A's term ended by %q, want handed off", how)
+	}
+	if sc.lease.Value != "addr-C" || sc.lease.Generation <= sa.lease.Generation {
+		t.Errorf("C's lease %+v after generation %d", sc.lease, sa.lease.Generation)
+	}
+	if st, v, err := observer.Leader(ctx); err != nil || st.Owner != "C" || v != "addr-C" {
+		t.Errorf("Leader = %+v, %q, %v; want C, addr-C", st, v, err)
+	}
+	fmt.Printf("measure: Elector.Handoff called -> the candidate's fn running: %v\n", sc.at.Sub(t0).Round(10*time.Microsecond))
+
+	// to the one named
+	a = campaign(ctx, ea, nil)
+	eventually(t, 5*time.Second, "A waits", func() bool { return isCandidate(t, name, "A") })
+	if err := ec.Handoff(ctx, "B"); err != nil {
+		t.Fatalf("Handoff to B: %v", err)
+	}
+	if lc := c.waitLost(t, 2*time.Second); !errors.Is(lc.cause, hoplock.ErrHandedOff) {
+		t.Errorf("C lost for %v", lc.cause)
+	}
+	sb := b.waitStarted(t, 2*time.Second)
+	if sb.lease.Owner != "B" || sb.lease.Value != "addr-B" {
+		t.Errorf("B's lease %+v", sb.lease)
+	}
+	<-c.done
+	close(b.stop)
+	<-b.done
+	a.waitStarted(t, 2*time.Second)
+	close(a.stop)
+	<-a.done
+	if _, _, err := observer.Leader(ctx); !errors.Is(err, hoplock.ErrNoLease) {
+		t.Errorf("Leader with nobody leading: %v", err)
+	}
+}
+
+// When Lead's context ends while it leads, the Elector hands the term to
+// the waiting candidate instead of releasing it; with nobody waiting it
+// releases.
+func TestGracefulStopHandsOff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := leaseName(t)
+	ea, eb := candidate(t, name, "A", 0), candidate(t, name, "B", 0)
+	actx, stopA := context.WithCancel(ctx)
+	a := campaign(actx, ea, nil)
+	sa := a.waitStarted(t, 5*time.Second)
+	b := campaign(ctx, eb, nil)
+	eventually(t, 5*time.Second, "B waits", func() bool { return isCandidate(t, name, "B") })
+	t0 := time.Now()
+	stopA()
+	sb := b.waitStarted(t, 2*time.Second)
+	<-a.done
+	if _, how := termEnd(t, name, sa.lease.Generation); how != "handed off" {
+		t.Errorf("A's term ended by %q, want handed off", how)
+	}
+	if sb.lease.AcquiredAt.IsZero() || sb.lease.Value != "addr-B" {
+		t.Errorf("B's lease %+v", sb.lease)
+	}
+	fmt.Printf("measure: graceful stop (Lead's context cancelled) -> the candidate's fn running: %v\n", sb.at.Sub(t0).Round(10*time.Microsecond))
+
+	// nobody waits: released
+	bctx, stopB := context.WithCancel(ctx)
+	defer stopB()
+	close(b.stop)
+	<-b.done
+	b = campaign(bctx, eb, nil)
+	sb = b.waitStarted(t, 5*time.Second)
+	stopB()
+	<-b.done
+	if _, how := termEnd(t, name, sb.lease.Generation); how != "released" {
+		t.Errorf("B's term ended by %q, want released", how)
+	}
+}
+
+// A step-down request reaches the leader at its next renewal: its fn's
+// context ends with ErrStepDown while the term still holds, and when fn
+// returns the Elector hands the term to the waiting candidate. Under Run,
+// the term is handed over at once, reported lost with ErrStepDown.
+func TestStepDownHandsOff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := leaseName(t)
+	ea, eb := candidate(t, name, "A", 0), candidate(t, name, "B", 0)
+	ea.TTL = 900 * time.Millisecond
+	a := campaign(ctx, ea, nil)
+	sa := a.waitStarted(t, 5*time.Second)
+	b := campaign(ctx, eb, nil)
+	eventually(t, 5*time.Second, "B waits", func() bool { return isCandidate(t, name, "B") })
+	adminExec(t, q("SELECT %s.hoplock_request_step_down($1)"), name)
+	la := a.waitLost(t, 2*time.Second)
+	if !errors.Is(la.cause, hoplock.ErrStepDown) {
+		t.Errorf("A's context ended for %v, want ErrStepDown", la.cause)
+	}
+	sb := b.waitStarted(t, 2*time.Second)
+	<-a.done
+	if _, how := termEnd(t, name, sa.lease.Generation); how != "handed off" {
+		t.Errorf("A's term ended by %q, want handed off", how)
+	}
+	if sb.at.Before(la.at) {
+		t.Errorf("B's fn started before A's fn saw its context end")
+	}
+
+	// Run
+	ea.TTL = 900 * time.Millisecond
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	events := ea.Run(rctx)
+	eventually(t, 5*time.Second, "A waits", func() bool { return isCandidate(t, name, "A") })
+	close(b.stop)
+	<-b.done
+	var gen int64
+	for ev := range events {
+		switch {
+		case ev.Kind == hoplock.EventAcquired && gen == 0:
+			gen = ev.Lease.Generation
+			b = campaign(ctx, eb, nil)
+			eventually(t, 5*time.Second, "B waits", func() bool { return isCandidate(t, name, "B") })
+			adminExec(t, q("SELECT %s.hoplock_request_step_down($1)"), name)
+		case ev.Kind == hoplock.EventLost:
+			if !errors.Is(ev.Err, hoplock.ErrStepDown) {
+				t.Errorf("Run lost its term for %v, want ErrStepDown", ev.Err)
+			}
+			b.waitStarted(t, 3*time.Second)
+			if _, how := termEnd(t, name, gen); how != "handed off" {
+				t.Errorf("Run's term ended by %q, want handed off", how)
+			}
+			stopRun()
+			for range events {
+			}
+		}
+	}
+	close(b.stop)
+	<-b.done
+}
+
+// Against a hoplock without hoplock_handoff and hoplock_proclaim (1.1: a
+// schema here with the 1.1 functions alone, calling hoplock's), an
+// Elector with a priority and a value leads all the same, Handoff says
+// ErrUnsupported, and a graceful stop releases.
+func TestHandoffUnsupported(t *testing.T) {
+	const old = "hoplock_test_v11"
+	adminExec(t, "DROP SCHEMA IF EXISTS "+old+" CASCADE")
+	adminExec(t, "CREATE SCHEMA "+old)
+	for _, f := range []string{
+		"hoplock_wait(name text, owner text, ttl interval, timeout interval, session_bound boolean) RETURNS %s.hoplock_lease LANGUAGE sql AS 'SELECT %s.hoplock_wait(name, owner, ttl, timeout, session_bound)'",
+		"hoplock_renew(name text, owner text, ttl interval, generation bigint) RETURNS %s.hoplock_lease LANGUAGE sql AS 'SELECT %s.hoplock_renew(name, owner, ttl, generation)'",
+		"hoplock_release(name text, owner text, generation bigint) RETURNS boolean LANGUAGE sql AS 'SELECT %s.hoplock_release(name, owner, generation)'",
+		"hoplock_release(name text, owner text) RETURNS boolean LANGUAGE sql AS 'SELECT %s.hoplock_release(name, owner)'",
+		"hoplock_holder(name text) RETURNS %s.hoplock_lease LANGUAGE sql AS 'SELECT %s.hoplock_holder(name)'",
+	} {
+		adminExec(t, q("CREATE FUNCTION "+old+"."+f))
+	}
+	t.Cleanup(func() { adminExec(t, "DROP SCHEMA "+old+" CASCADE") })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := leaseName(t)
+	mk := func(owner string) *hoplock.Elector {
+		db := openNode(t, "hoplock-test-v11-"+owner).db
+		e := elector(postgres.New(db, name, postgres.Options{Schema: old}), owner, 3*time.Second)
+		e.Priority, e.Value = 3, "addr-"+owner
+		return e
+	}
+	ea, eb := mk("A"), mk("B")
+	actx, stopA := context.WithCancel(ctx)
+	a := campaign(actx, ea, nil)
+	sa := a.waitStarted(t, 5*time.Second)
+	if sa.lease.Value != "" {
+		t.Errorf("value %q from a server that keeps none", sa.lease.Value)
+	}
+	if err := ea.Handoff(ctx, ""); !errors.Is(err, hoplock.ErrUnsupported) {
+		t.Errorf("Handoff = %v, want ErrUnsupported", err)
+	}
+	b := campaign(ctx, eb, nil)
+	time.Sleep(200 * time.Millisecond)
+	stopA()
+	b.waitStarted(t, 2*time.Second)
+	<-a.done
+	if _, how := termEnd(t, name, sa.lease.Generation); how != "released" {
+		t.Errorf("A's term ended by %q, want released", how)
+	}
+	close(b.stop)
+	<-b.done
+}
