@@ -13,5 +13,8 @@ my @cycle = (
 );
 my $missing = Hoplock::Maintenance::missing(cycle => \@cycle);
 plan skip_all => $missing if $missing;
-Hoplock::Maintenance::run(name => 'repack', cycle => \@cycle, locks_out_writes => 1);
+# pg_repack takes the table away only for the moment of its swap: in a
+# short load no call need meet it busy (as REINDEX CONCURRENTLY's), so
+# that is not asserted here; t/050's VACUUM FULL and CLUSTER do it.
+Hoplock::Maintenance::run(name => 'repack', cycle => \@cycle);
 done_testing();
