@@ -163,30 +163,40 @@ COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
 COMMENT ON TABLE hoplock_internal.history IS
     'the terms of the leases, newest hoplock.history_size kept: how each ended (begin_seq and end_seq: the numbers of its events in 1.1; 0 and NULL since 1.2, whose events are in the event log)';
 
--- hoplock_wait: candidates with a priority.  A new argument is a new
--- function: the old one goes.
--- hoplock_wait is replaced: no object of the user's may depend on the
--- old one, and the privileges granted on it go to the new one.
+-- Three functions are replaced below, their arguments or columns changed
+-- (hoplock_wait, hoplock_acquire, hoplock_events): no object of the user's
+-- may depend on an old one, and the privileges granted on an old one go to
+-- the new one (restored at the end of this script).
 DO $$
 DECLARE
-    old pg_catalog.regprocedure := '@extschema@.hoplock_wait(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool)'::pg_catalog.regprocedure;
+    r record;
     deps pg_catalog.text;
 BEGIN
-    SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ')
-      INTO deps
-      FROM pg_catalog.pg_depend AS d
-     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-       AND d.refobjid OPERATOR(pg_catalog.=) old
-       AND d.deptype OPERATOR(pg_catalog.=) 'n';
-    IF deps IS NOT NULL THEN
-        RAISE EXCEPTION 'hoplock 1.2.0 replaces function %, on which % depend', old, deps
-            USING ERRCODE = 'dependent_objects_still_exist',
-                  HINT = 'Drop them, update the extension, then create them again with the new function.';
-    END IF;
-    PERFORM pg_catalog.set_config('hoplock_update.wait_acl',
-        coalesce((SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc AS p
-                   WHERE p.oid OPERATOR(pg_catalog.=) old), ''), true);
+    FOR r IN SELECT v.key, v.old::pg_catalog.regprocedure AS old
+               FROM (VALUES
+                   ('wait', '@extschema@.hoplock_wait(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool)'),
+                   ('acquire', '@extschema@.hoplock_acquire(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool)'),
+                   ('events', '@extschema@.hoplock_events(pg_catalog.int8)')) AS v(key, old)
+    LOOP
+        SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ')
+          INTO deps
+          FROM pg_catalog.pg_depend AS d
+         WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) r.old
+           AND d.deptype OPERATOR(pg_catalog.=) 'n';
+        IF deps IS NOT NULL THEN
+            RAISE EXCEPTION 'hoplock 1.2.0 replaces function %, on which % depend', r.old, deps
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      HINT = 'Drop them, update the extension, then create them again with the new function.';
+        END IF;
+        PERFORM pg_catalog.set_config('hoplock_update.' OPERATOR(pg_catalog.||) r.key,
+            coalesce((SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc AS p
+                       WHERE p.oid OPERATOR(pg_catalog.=) r.old), ''), true);
+    END LOOP;
 END $$;
+
+-- hoplock_wait: candidates with a priority.  A new argument is a new
+-- function: the old one goes.
 DROP FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean);
 
 CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, timeout interval,
@@ -197,26 +207,6 @@ RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_wait'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-DO $$
-DECLARE
-    new pg_catalog.regprocedure := '@extschema@.hoplock_wait(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool, pg_catalog.int4, pg_catalog.text)'::pg_catalog.regprocedure;
-    acl pg_catalog.text := pg_catalog.current_setting('hoplock_update.wait_acl', true);
-    r record;
-BEGIN
-    IF acl IS NULL OR acl OPERATOR(pg_catalog.=) '' THEN
-        RETURN;
-    END IF;
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', new);
-    FOR r IN SELECT a.grantee, a.is_grantable
-               FROM pg_catalog.aclexplode(acl::pg_catalog.aclitem[]) AS a
-              WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', new,
-            CASE WHEN r.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(r.grantee)) END,
-            CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END $$;
 
 COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text) IS
     'acquire the lease as soon as it can be had, as a candidate of the given priority; NULL after timeout';
@@ -271,28 +261,6 @@ COMMENT ON COLUMN @extschema@.hoplock_lease.value IS
 COMMENT ON COLUMN @extschema@.hoplock_lease.step_down IS
     'a step-down of this term was requested (hoplock_request_step_down): hand it over';
 
--- hoplock_acquire is replaced: no object of the user's may depend on the
--- old one, and the privileges granted on it go to the new one.
-DO $$
-DECLARE
-    old pg_catalog.regprocedure := '@extschema@.hoplock_acquire(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool)'::pg_catalog.regprocedure;
-    deps pg_catalog.text;
-BEGIN
-    SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ')
-      INTO deps
-      FROM pg_catalog.pg_depend AS d
-     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-       AND d.refobjid OPERATOR(pg_catalog.=) old
-       AND d.deptype OPERATOR(pg_catalog.=) 'n';
-    IF deps IS NOT NULL THEN
-        RAISE EXCEPTION 'hoplock 1.2.0 replaces function %, on which % depend', old, deps
-            USING ERRCODE = 'dependent_objects_still_exist',
-                  HINT = 'Drop them, update the extension, then create them again with the new function.';
-    END IF;
-    PERFORM pg_catalog.set_config('hoplock_update.acquire_acl',
-        coalesce((SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc AS p
-                   WHERE p.oid OPERATOR(pg_catalog.=) old), ''), true);
-END $$;
 DROP FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean);
 CREATE FUNCTION @extschema@.hoplock_acquire(name text, owner text, ttl interval,
                                             session_bound boolean DEFAULT false,
@@ -301,26 +269,6 @@ RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_acquire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-DO $$
-DECLARE
-    new pg_catalog.regprocedure := '@extschema@.hoplock_acquire(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool, pg_catalog.text)'::pg_catalog.regprocedure;
-    acl pg_catalog.text := pg_catalog.current_setting('hoplock_update.acquire_acl', true);
-    r record;
-BEGIN
-    IF acl IS NULL OR acl OPERATOR(pg_catalog.=) '' THEN
-        RETURN;
-    END IF;
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', new);
-    FOR r IN SELECT a.grantee, a.is_grantable
-               FROM pg_catalog.aclexplode(acl::pg_catalog.aclitem[]) AS a
-              WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', new,
-            CASE WHEN r.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(r.grantee)) END,
-            CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END $$;
 COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean, text) IS
     'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it';
 
@@ -365,28 +313,6 @@ CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
      WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
 
--- hoplock_events is replaced: no object of the user's may depend on the
--- old one, and the privileges granted on it go to the new one.
-DO $$
-DECLARE
-    old pg_catalog.regprocedure := '@extschema@.hoplock_events(pg_catalog.int8)'::pg_catalog.regprocedure;
-    deps pg_catalog.text;
-BEGIN
-    SELECT pg_catalog.string_agg(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid), ', ')
-      INTO deps
-      FROM pg_catalog.pg_depend AS d
-     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-       AND d.refobjid OPERATOR(pg_catalog.=) old
-       AND d.deptype OPERATOR(pg_catalog.=) 'n';
-    IF deps IS NOT NULL THEN
-        RAISE EXCEPTION 'hoplock 1.2.0 replaces function %, on which % depend', old, deps
-            USING ERRCODE = 'dependent_objects_still_exist',
-                  HINT = 'Drop them, update the extension, then create them again with the new function.';
-    END IF;
-    PERFORM pg_catalog.set_config('hoplock_update.events_acl',
-        coalesce((SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc AS p
-                   WHERE p.oid OPERATOR(pg_catalog.=) old), ''), true);
-END $$;
 DROP FUNCTION @extschema@.hoplock_events(bigint);
 CREATE FUNCTION @extschema@.hoplock_events(since bigint DEFAULT 0,
     OUT seq bigint, OUT event text, OUT name text, OUT owner text,
@@ -395,26 +321,33 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'hoplock_events'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 
-DO $$
-DECLARE
-    new pg_catalog.regprocedure := '@extschema@.hoplock_events(pg_catalog.int8)'::pg_catalog.regprocedure;
-    acl pg_catalog.text := pg_catalog.current_setting('hoplock_update.events_acl', true);
-    r record;
-BEGIN
-    IF acl IS NULL OR acl OPERATOR(pg_catalog.=) '' THEN
-        RETURN;
-    END IF;
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', new);
-    FOR r IN SELECT a.grantee, a.is_grantable
-               FROM pg_catalog.aclexplode(acl::pg_catalog.aclitem[]) AS a
-              WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', new,
-            CASE WHEN r.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(r.grantee)) END,
-            CASE WHEN r.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END $$;
 
 COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
     'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired, proclaimed, step_down';
+
+-- The privileges of the three replaced functions, on their new ones.
+DO $$
+DECLARE
+    r record;
+    g record;
+BEGIN
+    FOR r IN SELECT v.new::pg_catalog.regprocedure AS new,
+                    pg_catalog.current_setting('hoplock_update.' OPERATOR(pg_catalog.||) v.key, true) AS acl
+               FROM (VALUES
+                   ('wait', '@extschema@.hoplock_wait(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool, pg_catalog.int4, pg_catalog.text)'),
+                   ('acquire', '@extschema@.hoplock_acquire(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool, pg_catalog.text)'),
+                   ('events', '@extschema@.hoplock_events(pg_catalog.int8)')) AS v(key, new)
+    LOOP
+        CONTINUE WHEN r.acl IS NULL OR r.acl OPERATOR(pg_catalog.=) '';
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', r.new);
+        FOR g IN SELECT a.grantee, a.is_grantable
+                   FROM pg_catalog.aclexplode(r.acl::pg_catalog.aclitem[]) AS a
+                  WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+        LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', r.new,
+                CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END,
+                CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+    END LOOP;
+END $$;
