@@ -8,6 +8,7 @@ use lib 't/lib';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Hoplock::Crash;
 use Hoplock::Listener;
 
 my $node = PostgreSQL::Test::Cluster->new('main');
@@ -72,7 +73,7 @@ my $pid = $node->safe_psql('postgres', 'SELECT pid FROM hoplock_workers');
 # a session-bound term whose session will die in the crash-restart
 my $bound = $node->background_psql('postgres');
 $bound->query_safe(q{SELECT hoplock_acquire('bound', 'b', '1 h', session_bound => true)});
-kill 'KILL', $pid;
+kill_and_wait_for_restart($node, $pid);
 $node->poll_query_until('postgres',
 	q{SELECT state = 'x' FROM hoplock_internal.lease WHERE name = 'killed'})
   or die 'not announced after crash-restart';

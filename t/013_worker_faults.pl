@@ -8,6 +8,7 @@
 use strict;
 use warnings;
 use lib 't/lib';
+use Hoplock::Crash;
 use Hoplock::Listener;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -228,9 +229,8 @@ for my $crash (1 .. 2)
 {
 	my $victim = $node->background_psql('postgres');
 	my $vpid = $victim->query_safe('SELECT pg_backend_pid()');
-	kill 'KILL', $vpid;
+	kill_and_wait_for_restart($node, $vpid);
 	eval { $victim->quit };
-	$node->poll_query_until('postgres', 'SELECT true') or die 'no recovery';
 	wait_served('postgres');
 	sleep 3;
 	is($node->safe_psql('postgres',
