@@ -202,14 +202,15 @@ DROP FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean);
 CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, timeout interval,
                                          session_bound boolean DEFAULT false,
                                          priority integer DEFAULT 0,
-                                         value text DEFAULT NULL)
+                                         value text DEFAULT NULL,
+                                         preempt boolean DEFAULT false)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_wait'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 
-COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text) IS
-    'acquire the lease as soon as it can be had, as a candidate of the given priority; NULL after timeout';
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text, boolean) IS
+    'acquire the lease as soon as it can be had, as a candidate of the given priority (with preempt, asking a holder of lower priority to step down); NULL after timeout';
 
 -- The sessions waiting in hoplock_wait: a freed lease goes to the one
 -- with the highest priority, among equals to the one waiting longest.
@@ -247,6 +248,9 @@ COMMENT ON FUNCTION @extschema@.hoplock_handoff(text, text, bigint, text) IS
 ALTER TABLE hoplock_internal.lease ADD COLUMN value text COLLATE "C";
 ALTER TABLE hoplock_internal.lease ADD COLUMN step_down_at timestamptz;
 ALTER TABLE hoplock_internal.lease ADD COLUMN step_down_to text COLLATE "C";
+ALTER TABLE hoplock_internal.lease ADD COLUMN priority integer;
+COMMENT ON COLUMN hoplock_internal.lease.priority IS
+    'the priority of the candidate the running term was granted to (hoplock_wait); 0 or NULL: hoplock_acquire';
 COMMENT ON COLUMN hoplock_internal.lease.step_down_at IS
     'when hoplock_request_step_down asked the holder of the running term to hand it over; NULL if nobody did';
 COMMENT ON COLUMN hoplock_internal.lease.step_down_to IS
@@ -308,7 +312,8 @@ CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            hoplock_internal.blocker(l.name) AS blocked_by,
            l.value,
            l.step_down_at,
-           l.step_down_to
+           l.step_down_to,
+           coalesce(l.priority, 0) AS priority
       FROM hoplock_internal.lease AS l
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
      WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
@@ -334,7 +339,7 @@ BEGIN
     FOR r IN SELECT v.new::pg_catalog.regprocedure AS new,
                     pg_catalog.current_setting('hoplock_update.' OPERATOR(pg_catalog.||) v.key, true) AS acl
                FROM (VALUES
-                   ('wait', '@extschema@.hoplock_wait(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool, pg_catalog.int4, pg_catalog.text)'),
+                   ('wait', '@extschema@.hoplock_wait(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool, pg_catalog.int4, pg_catalog.text, pg_catalog.bool)'),
                    ('acquire', '@extschema@.hoplock_acquire(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool, pg_catalog.text)'),
                    ('events', '@extschema@.hoplock_events(pg_catalog.int8)')) AS v(key, new)
     LOOP

@@ -40,6 +40,7 @@ CREATE TABLE hoplock_internal.lease (
     value         text COLLATE "C",
     step_down_at  timestamptz,
     step_down_to  text COLLATE "C",
+    priority      integer,
     CONSTRAINT lease_pkey PRIMARY KEY (name),
     CONSTRAINT lease_state_check CHECK (state OPERATOR(pg_catalog.=) ANY ('{h,x,r}'::"char"[])),
     CONSTRAINT lease_generation_check CHECK (generation OPERATOR(pg_catalog.>) 0)
@@ -57,6 +58,8 @@ COMMENT ON COLUMN hoplock_internal.lease.step_down_at IS
     'when hoplock_request_step_down asked the holder of the running term to hand it over; NULL if nobody did';
 COMMENT ON COLUMN hoplock_internal.lease.step_down_to IS
     'the owner it was asked to hand over to; NULL: any candidate';
+COMMENT ON COLUMN hoplock_internal.lease.priority IS
+    'the priority of the candidate the running term was granted to (hoplock_wait); 0 or NULL: hoplock_acquire';
 COMMENT ON COLUMN hoplock_internal.lease.version IS
     'version of the row, new at every write: the handle (NULL: not written since 1.1)';
 
@@ -123,13 +126,14 @@ COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean, t
 CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, timeout interval,
                                          session_bound boolean DEFAULT false,
                                          priority integer DEFAULT 0,
-                                         value text DEFAULT NULL)
+                                         value text DEFAULT NULL,
+                                         preempt boolean DEFAULT false)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_wait'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text) IS
-    'acquire the lease as soon as it can be had, as a candidate of the given priority; NULL after timeout';
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text, boolean) IS
+    'acquire the lease as soon as it can be had, as a candidate of the given priority (with preempt, asking a holder of lower priority to step down); NULL after timeout';
 
 CREATE FUNCTION @extschema@.hoplock_renew(name text, owner text, ttl interval)
 RETURNS @extschema@.hoplock_lease
@@ -277,7 +281,8 @@ CREATE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            hoplock_internal.blocker(l.name) AS blocked_by,
            l.value,
            l.step_down_at,
-           l.step_down_to
+           l.step_down_to,
+           coalesce(l.priority, 0) AS priority
       FROM hoplock_internal.lease AS l
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
      WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";

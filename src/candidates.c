@@ -27,6 +27,11 @@
  *		once the handoff has committed, or finds nothing if it rolled back),
  *		so that a handed term never outlives the wait it was written for.
  *
+ *		A candidate that waits with preempt => true asks the holder of a
+ *		term of lower priority to step down to it (wait.c has the worker
+ *		write the request: the candidate's own transaction is still open);
+ *		hl_candidate_preemptor says who, if anyone, asks that of a term.
+ *
  *		This file calls nothing of hoplock's but shared memory and the
  *		worker's mailbox (shmem.c, mailbox.c).
  *
@@ -86,12 +91,12 @@ leave_at_exit(int code, Datum arg)
 /*
  * This backend waits for lease "name" as "owner", with "priority", for a
  * term of "ttl", bound to the session or not, with "value" (NULL: none),
- * should it be handed one: enter it among the lease's
- * candidates.  Nothing without shared memory.
+ * should it be handed one, preempting a holder of lower priority or not:
+ * enter it among the lease's candidates.  Nothing without shared memory.
  */
 void
 hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
-				   bool session_bound, text *value)
+				   bool session_bound, text *value, bool preempt)
 {
 	HlCandidate *me;
 	HlWaitKey	key;
@@ -114,6 +119,7 @@ hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
 	me->since = GetCurrentTimestamp();
 	me->ttl = ttl;
 	me->session_bound = session_bound;
+	me->preempt = preempt;
 	me->session_start = MyStartTimestamp;
 	me->xact_snapshot = IsolationUsesXactSnapshot();
 	me->handed = 0;
@@ -210,6 +216,61 @@ hl_candidate_may_take(text *name)
 }
 
 /*
+ * Copies of the candidates of lease "name" that could take a term handed
+ * to them, in *found, and their entries' indexes in *index (both
+ * palloc'd); returns how many.  Never this backend, nor a candidate
+ * waiting under REPEATABLE READ or SERIALIZABLE (it could not take the
+ * term: the handoff commits after its snapshot).  Copied under the lock,
+ * to be judged after it: the judging reads catalogs.
+ */
+static int
+collect(text *name, HlCandidate **found, int **index)
+{
+	HlWaitKey	key;
+	LWLock	   *lock;
+	int			n = 0;
+	int			me;
+
+	*found = NULL;
+	*index = NULL;
+	if (hl_shared == NULL ||
+		pg_atomic_read_u32(&hl_shared->ncandidates) == 0)
+		return 0;
+	hl_wait_key(name, &key);
+	me = hl_proc_index();
+	*found = palloc(sizeof(HlCandidate) * hl_shared->nprocs);
+	*index = palloc(sizeof(int) * hl_shared->nprocs);
+	lock = hl_wait_lock_for(&key);
+	LWLockAcquire(lock, LW_SHARED);
+	for (int i = 0; i < hl_shared->nprocs; i++)
+	{
+		HlCandidate *c = &hl_shared->candidates[i];
+
+		if (i == me || !same_key(&c->key, &key) || c->xact_snapshot)
+			continue;
+		(*found)[n] = *c;
+		(*index)[n++] = i;
+	}
+	LWLockRelease(lock);
+	return n;
+}
+
+/* Is candidate "c" waiting under "owner"? */
+static bool
+has_owner(const HlCandidate *c, text *owner)
+{
+	return c->ownerlen == VARSIZE_ANY_EXHDR(owner) &&
+		memcmp(c->owner, VARDATA_ANY(owner), c->ownerlen) == 0;
+}
+
+/* Was the role of candidate "c" dropped while it waited? */
+static bool
+role_dropped(const HlCandidate *c)
+{
+	return !SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(c->roleid));
+}
+
+/*
  * The first candidate of lease "name" whose owner is "to_owner" (NULL: the
  * first of all) that a term can be handed to, in *pick, for
  * hoplock_handoff; false if there is none.  Only a candidate of a role the
@@ -223,45 +284,19 @@ hl_candidate_may_take(text *name)
 bool
 hl_candidate_pick(text *name, text *to_owner, HlCandidatePick *pick)
 {
-	HlWaitKey	key;
-	LWLock	   *lock;
 	HlCandidate *found;
 	int		   *index;
-	int			n = 0;
+	int			n;
 	int			best = -1;
-	int			me;
 
-	if (hl_shared == NULL ||
-		pg_atomic_read_u32(&hl_shared->ncandidates) == 0)
-		return false;
-	hl_wait_key(name, &key);
-	me = hl_proc_index();
-
-	/* copied under the lock, judged after it (the judging reads catalogs) */
-	found = palloc(sizeof(HlCandidate) * hl_shared->nprocs);
-	index = palloc(sizeof(int) * hl_shared->nprocs);
-	lock = hl_wait_lock_for(&key);
-	LWLockAcquire(lock, LW_SHARED);
-	for (int i = 0; i < hl_shared->nprocs; i++)
-	{
-		HlCandidate *c = &hl_shared->candidates[i];
-
-		if (i == me || !same_key(&c->key, &key) || c->xact_snapshot)
-			continue;
-		if (to_owner != NULL &&
-			(c->ownerlen != VARSIZE_ANY_EXHDR(to_owner) ||
-			 memcmp(c->owner, VARDATA_ANY(to_owner), c->ownerlen) != 0))
-			continue;
-		found[n] = *c;
-		index[n++] = i;
-	}
-	LWLockRelease(lock);
-
+	n = collect(name, &found, &index);
 	for (int i = 0; i < n; i++)
 	{
+		if (to_owner != NULL && !has_owner(&found[i], to_owner))
+			continue;
 		if (best >= 0 && !comes_before(&found[i], &found[best]))
 			continue;
-		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(found[i].roleid)) ||
+		if (role_dropped(&found[i]) ||
 			!has_privs_of_role(GetUserId(), found[i].roleid))
 			continue;
 		best = i;
@@ -273,6 +308,7 @@ hl_candidate_pick(text *name, text *to_owner, HlCandidatePick *pick)
 	pick->roleid = found[best].roleid;
 	pick->ttl = found[best].ttl;
 	pick->session_bound = found[best].session_bound;
+	pick->priority = found[best].priority;
 	pick->pid = found[best].pid;
 	pick->session_start = found[best].session_start;
 	pick->value = found[best].valuelen < 0 ? NULL :
@@ -280,6 +316,39 @@ hl_candidate_pick(text *name, text *to_owner, HlCandidatePick *pick)
 	pick->index = index[best];
 	pick->seq = found[best].seq;
 	return true;
+}
+
+/*
+ * The owner of the first candidate of lease "name" that waits with
+ * preempt => true at a priority above "term_priority", the running term's,
+ * and may ask the term of role "term_roleid" to step down: its role has
+ * the privileges of the term's role (as hoplock_handoff hands a term on
+ * only within the holder's roles).  NULL if there is none.  Not a
+ * candidate that could not take the term (see collect).
+ */
+text *
+hl_candidate_preemptor(text *name, int32 term_priority, Oid term_roleid)
+{
+	HlCandidate *found;
+	int		   *index;
+	int			n;
+	int			best = -1;
+
+	n = collect(name, &found, &index);
+	for (int i = 0; i < n; i++)
+	{
+		if (!found[i].preempt || found[i].priority <= term_priority)
+			continue;
+		if (best >= 0 && !comes_before(&found[i], &found[best]))
+			continue;
+		if (role_dropped(&found[i]) ||
+			!has_privs_of_role(found[i].roleid, term_roleid))
+			continue;
+		best = i;
+	}
+	if (best < 0)
+		return NULL;
+	return cstring_to_text_with_len(found[best].owner, found[best].ownerlen);
 }
 
 /*

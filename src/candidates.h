@@ -30,6 +30,7 @@ typedef struct HlCandidatePick
 	Oid			roleid;
 	int64		ttl;
 	bool		session_bound;
+	int32		priority;
 	int32		pid;
 	TimestampTz session_start;
 	text	   *value;			/* NULL: none */
@@ -38,9 +39,12 @@ typedef struct HlCandidatePick
 } HlCandidatePick;
 
 extern void hl_candidate_enter(text *name, text *owner, int32 priority,
-							   int64 ttl, bool session_bound, text *value);
+							   int64 ttl, bool session_bound, text *value,
+							   bool preempt);
 extern bool hl_candidate_pick(text *name, text *to_owner,
 							  HlCandidatePick *pick);
+extern text *hl_candidate_preemptor(text *name, int32 term_priority,
+									Oid term_roleid);
 extern void hl_candidate_handed(text *name, const HlCandidatePick *pick,
 								int64 generation);
 extern void hl_candidate_leave(bool acquired);

@@ -105,7 +105,10 @@ hoplock_acquire(PG_FUNCTION_ARGS)
 	return cas_returning_lease(fcinfo, &req);
 }
 
-/* hoplock_wait(name, owner, ttl, timeout, session_bound, priority) */
+/*
+ * hoplock_wait(name, owner, ttl, timeout, session_bound, priority, value,
+ * preempt)
+ */
 Datum
 hoplock_wait(PG_FUNCTION_ARGS)
 {
@@ -122,6 +125,7 @@ hoplock_wait(PG_FUNCTION_ARGS)
 	req.session_bound = hl_arg_bool(fcinfo, 4, "session_bound");
 	req.priority = hl_arg_int32(fcinfo, 5, "priority");
 	req.value = hl_arg_value(fcinfo, 6);
+	req.preempt = hl_arg_bool(fcinfo, 7, "preempt");
 	if (req.session_bound)
 		hl_session_prepare();
 

@@ -59,6 +59,8 @@ typedef struct Lease
 	text	   *value;			/* the holder's proclaimed value; NULL: none */
 	TimestampTz step_down_at;	/* when a step-down was requested; 0: none */
 	text	   *step_down_to;	/* ... to whom; NULL: anyone */
+	int32		priority;		/* of the candidate the term was granted
+								 * to (hoplock_wait); 0: hoplock_acquire */
 } Lease;
 
 /* Longest handle text, including the terminating NUL. */

@@ -492,7 +492,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 		case ACTION_STEP_DOWN:
 			*new = *cur;
 			new->step_down_at = now;
-			new->step_down_to = req->to_owner;
+			new->step_down_to = req->preempt ? pick->owner : req->to_owner;
 			break;
 
 		case ACTION_NEW_TERM:
@@ -515,6 +515,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				new->renewed_at = begin;
 				new->expires_at = add_ttl(begin, req->ttl);
 				new->value = req->value;
+				new->priority = req->priority;
 				break;
 			}
 
@@ -536,6 +537,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				new->renewed_at = begin;
 				new->expires_at = add_ttl(begin, pick->ttl);
 				new->value = pick->value;
+				new->priority = pick->priority;
 				if (pick->session_bound)
 				{
 					new->session_pid = pick->pid;
@@ -554,6 +556,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->value = NULL;
 			new->step_down_at = 0;
 			new->step_down_to = NULL;
+			new->priority = 0;
 			break;
 
 		case ACTION_ANNOUNCE_EXPIRY:
@@ -564,6 +567,7 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->value = NULL;
 			new->step_down_at = 0;
 			new->step_down_to = NULL;
+			new->priority = 0;
 			break;
 
 		default:
@@ -632,7 +636,7 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				/* the event's value: whom to hand over to, if anyone */
 				Lease		asked = *written;
 
-				asked.value = req->to_owner;
+				asked.value = written->step_down_to;
 				hl_event("step_down", &asked);
 				break;
 			}
@@ -650,6 +654,27 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 	if (req->session_bound &&
 		(action == ACTION_NEW_TERM || action == ACTION_EXTEND))
 		hl_bound_add(written->name);
+}
+
+/*
+ * Is the running term "cur" to be asked to step down for a candidate that
+ * waits with preempt => true (hl_candidate_preemptor)?  Yes, with that
+ * candidate's owner in pick->owner, unless none waits or the term was
+ * asked already, for it or for anyone.
+ */
+static bool
+preemption_due(const LeaseRequest *req, const Lease *cur,
+			   HlCandidatePick *pick)
+{
+	pick->owner = hl_candidate_preemptor(req->name, cur->priority,
+										 cur->owner_roleid);
+	if (pick->owner == NULL)
+		return false;
+	if (cur->step_down_at != 0 &&
+		(cur->step_down_to == NULL ||
+		 hl_text_equal(cur->step_down_to, pick->owner)))
+		return false;
+	return true;
 }
 
 /*
@@ -922,6 +947,14 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	/* the candidate the term goes to, now that no term change can race */
 	if (action == ACTION_HANDOFF &&
 		!hl_candidate_pick(req->name, req->to_owner, &pick))
+	{
+		hl_version_release(&cur);
+		return LEASE_REFUSED;
+	}
+
+	/* the candidate a preempting step-down is for, if it is asked yet */
+	if (action == ACTION_STEP_DOWN && req->preempt &&
+		!preemption_due(req, curp, &pick))
 	{
 		hl_version_release(&cur);
 		return LEASE_REFUSED;

@@ -42,6 +42,9 @@ typedef struct LeaseRequest
 	text	   *handle;			/* write, delete; NULL: "no state" */
 	bool		session_bound;	/* acquire: bind the term to this session */
 	int32		priority;		/* wait: the candidate's priority */
+	bool		preempt;		/* wait: ask a holder of lower priority to
+								 * step down; step_down: the worker asks
+								 * for the candidate that does */
 	text	   *to_owner;		/* handoff: the candidate's owner; NULL:
 								 * the first candidate */
 	text	   *value;			/* acquire, wait, proclaim: the value;

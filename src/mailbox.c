@@ -5,8 +5,9 @@
  *		slot's mailbox in shared memory (shmem.c): the deadline of a term
  *		that begins, or of a renewal that moves the expiry earlier, posted
  *		when the transaction commits (before, the worker could not read the
- *		term); and a session that ended without ending its bound terms,
- *		posted at once.
+ *		term); a session that ended without ending its bound terms, and
+ *		a candidate asking the holder to step down (preempt), posted at
+ *		once.
  *
  *		The deadlines wait in a list of this file's own, in
  *		TopTransactionContext, dropped with a subtransaction that aborts.
@@ -104,6 +105,26 @@ hl_post_abandoned(text *name, int64 generation)
 	memset(&msg, 0, offsetof(HlMessage, name));
 	msg.kind = HL_MSG_ABANDONED;
 	msg.session_start = generation;
+	fill_name(&msg, name);
+	hl_post(MyDatabaseId, &msg);
+}
+
+/*
+ * Tell the worker that a candidate of "name" waits with preempt => true:
+ * it asks the holder to step down to the first such candidate, if the
+ * term's priority is lower (lease.c).  Posted at once: the candidate's
+ * transaction stays open while it waits, so it cannot write the request
+ * itself.
+ */
+void
+hl_post_preempt(text *name)
+{
+	HlMessage	msg;
+
+	if (hl_shared == NULL)
+		return;
+	memset(&msg, 0, offsetof(HlMessage, name));
+	msg.kind = HL_MSG_PREEMPT;
 	fill_name(&msg, name);
 	hl_post(MyDatabaseId, &msg);
 }

@@ -49,9 +49,11 @@ typedef enum HlMessageKind
 	HL_MSG_READ_AGAIN,			/* a transaction began many terms, the
 								 * first lapsing at expires_at: read the
 								 * table again */
-	HL_MSG_ABANDONED			/* a candidate stopped waiting after a
+	HL_MSG_ABANDONED,			/* a candidate stopped waiting after a
 								 * handoff wrote it the term of
 								 * generation session_start: end it */
+	HL_MSG_PREEMPT				/* a candidate waits with preempt => true:
+								 * ask the holder to step down to it */
 } HlMessageKind;
 
 typedef struct HlMessage
@@ -200,6 +202,8 @@ typedef struct HlCandidate
 	TimestampTz since;
 	int64		ttl;			/* its term's, should it be handed one */
 	bool		session_bound;
+	bool		preempt;		/* asks a holder of lower priority to step
+								 * down (hoplock_wait's preempt) */
 	TimestampTz session_start;	/* MyStartTimestamp */
 	int16		valuelen;		/* -1: no value */
 	bool		xact_snapshot;	/* waits under REPEATABLE READ or
@@ -284,6 +288,7 @@ extern bool hl_session_alive(int32 pid, TimestampTz start);
 extern void hl_post_deadline_at_commit(text *name, TimestampTz expires_at);
 extern void hl_post_session_end(text *name, int32 pid, TimestampTz start);
 extern void hl_post_abandoned(text *name, int64 generation);
+extern void hl_post_preempt(text *name);
 extern void hl_mailbox_init(void);
 
 #endif							/* HOPLOCK_SHMEM_H */

@@ -62,7 +62,8 @@ enum
 	Anum_lease_value,
 	Anum_lease_step_down_at,
 	Anum_lease_step_down_to,
-	Natts_lease = Anum_lease_step_down_to
+	Anum_lease_priority,
+	Natts_lease = Anum_lease_priority
 };
 
 static Datum
@@ -115,6 +116,8 @@ lease_from_slot(TupleTableSlot *slot, Lease *lease)
 		DatumGetTimestampTz(slot->tts_values[Anum_lease_step_down_at - 1]);
 	lease->step_down_to = slot->tts_isnull[Anum_lease_step_down_to - 1] ? NULL :
 		(text *) PG_DETOAST_DATUM_COPY(slot->tts_values[Anum_lease_step_down_to - 1]);
+	lease->priority = slot->tts_isnull[Anum_lease_priority - 1] ? 0 :
+		DatumGetInt32(slot->tts_values[Anum_lease_priority - 1]);
 
 	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
 	lease->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
@@ -291,6 +294,7 @@ form_tuple(HlRelation *rel, const Lease *lease)
 	nulls[Anum_lease_step_down_at - 1] = (lease->step_down_at == 0);
 	values[Anum_lease_step_down_to - 1] = PointerGetDatum(lease->step_down_to);
 	nulls[Anum_lease_step_down_to - 1] = (lease->step_down_to == NULL);
+	values[Anum_lease_priority - 1] = Int32GetDatum(lease->priority);
 
 	return heap_form_tuple(RelationGetDescr(rel->heap), values, nulls);
 }

@@ -94,6 +94,7 @@ static const ColumnSpec lease_columns[] = {
 	{"value", TEXTOID, false},
 	{"step_down_at", TIMESTAMPTZOID, false},
 	{"step_down_to", TEXTOID, false},
+	{"priority", INT4OID, false},
 };
 
 static const ColumnSpec history_columns[] = {

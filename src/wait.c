@@ -35,6 +35,11 @@
  *		The wake-ups a transaction owes are queued by the lease core and
  *		broadcast at its end by wakeup.c.
  *
+ *		A waiter with preempt => true that finds the lease held by a term
+ *		of lower priority than its own asks the worker, once per term, to
+ *		ask the holder to step down to it (the worker writes the request:
+ *		this transaction stays open while it waits).
+ *
  *		Without shared_preload_libraries there is no shared memory: then
  *		hoplock_wait polls with exponential backoff, and says so once per
  *		session.
@@ -135,6 +140,7 @@ wait_loop(LeaseRequest *req, TimestampTz deadline, ConditionVariable *cv,
 	long		poll_ms = POLL_FIRST_MS;
 	bool		acquired = false;
 	bool		waited = false;
+	int64		preempted = 0;	/* the term asked to step down, if any */
 
 	loop_context = AllocSetContextCreate(CurrentMemoryContext,
 										 "hoplock_wait",
@@ -180,6 +186,13 @@ wait_loop(LeaseRequest *req, TimestampTz deadline, ConditionVariable *cv,
 		now = GetCurrentTimestamp();
 		if (now >= deadline)
 			break;
+
+		if (req->preempt && found && hl_lease_is_held(&seen, now) &&
+			seen.priority < req->priority && seen.generation != preempted)
+		{
+			hl_post_preempt(req->name);
+			preempted = seen.generation;
+		}
 
 		/*
 		 * Held by another: sleep until its term lapses, unless woken before
@@ -284,7 +297,7 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 	{
 		/* a candidate from now on: a freed lease goes to the first */
 		hl_candidate_enter(req->name, req->owner, req->priority, req->ttl,
-						   req->session_bound, req->value);
+						   req->session_bound, req->value, req->preempt);
 		acquired = wait_loop(req, deadline, cv, result);
 	}
 	PG_FINALLY();

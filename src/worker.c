@@ -129,9 +129,15 @@
 #define ERROR_PAUSE_MAX_S	10		/* and hoplock.naptime at most */
 
 /*
- * A session that ended without ending its bound term; or (pid 0) a term
- * of generation "start" handed to a candidate that stopped waiting
+ * What a backend asked the worker to do to a lease, kept until done: end
+ * the term bound to a session that ended (pid, start: the session's); end
+ * a term of generation "start" handed to a candidate that stopped waiting
+ * (pid ENDS_ABANDONED); ask the holder to step down for a candidate that
+ * waits with preempt => true (pid ENDS_PREEMPT).
  */
+#define ENDS_ABANDONED	0
+#define ENDS_PREEMPT	(-1)
+
 typedef struct SessionEnd
 {
 	/* hash key */
@@ -591,8 +597,12 @@ apply_messages(HlMessage *msgs, int n)
 				pass_asked = true;
 				break;
 			case HL_MSG_ABANDONED:
-				remember_session_end(msgs[i].name, msgs[i].namelen, 0,
-									 msgs[i].session_start);
+				remember_session_end(msgs[i].name, msgs[i].namelen,
+									 ENDS_ABANDONED, msgs[i].session_start);
+				break;
+			case HL_MSG_PREEMPT:
+				remember_session_end(msgs[i].name, msgs[i].namelen,
+									 ENDS_PREEMPT, 0);
 				break;
 		}
 	}
@@ -742,8 +752,10 @@ look_at(const char *name, int namelen, int64 *announced, int64 *lag)
 }
 
 /*
- * End the terms of sessions that ended, those due for a try; keep those
- * still contended, to try again later.  Returns the time of the next try
+ * Do what backends asked (SessionEnd), those due for a try: end the terms
+ * of sessions that ended and of handed terms nobody took, ask holders to
+ * step down for preempting candidates; keep those still contended, to try
+ * again later.  Returns the time of the next try
  * (DT_NOEND if none is left).
  */
 static TimestampTz
@@ -770,10 +782,15 @@ end_sessions(void)
 		n++;
 		req.fn = "hoplock worker";
 		req.name = cstring_to_text(end->name);
-		if (end->pid == 0)
+		if (end->pid == ENDS_ABANDONED)
 		{
 			req.op = LEASE_OP_ABANDONED;
 			req.generation = end->start;
+		}
+		else if (end->pid == ENDS_PREEMPT)
+		{
+			req.op = LEASE_OP_STEP_DOWN;
+			req.preempt = true;
 		}
 		else
 		{

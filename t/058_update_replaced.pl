@@ -34,10 +34,10 @@ $node->safe_psql('acl', 'ALTER EXTENSION hoplock UPDATE');
 is( $node->safe_psql('acl', q{
 		SELECT string_agg(f || ':' || has_function_privilege('app', f, 'EXECUTE')
 		                  || ':' || has_function_privilege('other', f, 'EXECUTE'), ' ' ORDER BY f)
-		  FROM unnest(ARRAY['hoplock_wait(text,text,interval,interval,boolean,integer,text)',
+		  FROM unnest(ARRAY['hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean)',
 		                    'hoplock_acquire(text,text,interval,boolean,text)',
 		                    'hoplock_events(bigint)']) AS f}),
-	'hoplock_acquire(text,text,interval,boolean,text):true:false hoplock_events(bigint):false:false hoplock_wait(text,text,interval,interval,boolean,integer,text):true:false',
+	'hoplock_acquire(text,text,interval,boolean,text):true:false hoplock_events(bigint):false:false hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean):true:false',
 	'the replaced functions keep the privileges granted and revoked on the old ones');
 is( $node->safe_psql('acl', q{
 		SELECT has_function_privilege('app', 'hoplock_acquire(text,text,interval,boolean,text)', 'EXECUTE WITH GRANT OPTION')}),
