@@ -22,6 +22,7 @@ OBJS = \
 	src/lease.o \
 	src/mailbox.o \
 	src/monitor.o \
+	src/refusals.o \
 	src/rowwrite.o \
 	src/schedule.o \
 	src/session.o \

@@ -144,6 +144,7 @@ CREATE FUNCTION hoplock_internal.stats(
     OUT contended bigint, OUT renewals bigint, OUT releases bigint,
     OUT force_releases bigint, OUT expiries bigint, OUT waits bigint,
     OUT wakeups bigint, OUT events_delivered bigint, OUT deliveries bigint,
+    OUT fences_refused bigint, OUT writes_refused bigint,
     OUT stats_reset timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'hoplock_stats'
@@ -155,7 +156,7 @@ CREATE VIEW @extschema@.hoplock_stats AS
 GRANT SELECT ON @extschema@.hoplock_stats TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.hoplock_stats IS
-    'per-database counters: terms begun, contended calls, renewals, releases, force-releases, expiries announced, waits and their wake-ups, events sent and the transactions that sent them';
+    'per-database counters: terms begun, contended calls, renewals, releases, force-releases, expiries announced, waits and their wake-ups, events sent and the transactions that sent them, fences and fenced writes refused to terms that no longer held their lease';
 
 COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
     'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired';
@@ -294,6 +295,28 @@ REVOKE EXECUTE ON FUNCTION @extschema@.hoplock_request_step_down(text, text) FRO
 COMMENT ON FUNCTION @extschema@.hoplock_request_step_down(text, text) IS
     'ask the holder of the running term to hand it over (to to_owner, if given): a step_down event, and step_down in its next renewal; false if the lease is not held';
 
+-- Zombie writes, counted: the fences and fenced writes refused to each
+-- term after it lost its lease, kept in shared memory (the most recent
+-- 1,024 terms of the server), for hoplock_history and hoplock_leases.
+CREATE FUNCTION hoplock_internal.refusals(
+    OUT name text, OUT generation bigint, OUT fences bigint, OUT writes bigint,
+    OUT first_at timestamptz, OUT last_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'hoplock_refusals'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+-- hoplock_history counts them per term (a new last column).
+CREATE OR REPLACE VIEW @extschema@.hoplock_history WITH (security_barrier) AS
+    SELECT h.name, h.owner, h.role, h.generation, h.acquired_at, h.ended_at, h.how,
+           coalesce(r.fences OPERATOR(pg_catalog.+) r.writes, 0) AS refused_writes
+      FROM hoplock_internal.history AS h
+           LEFT JOIN hoplock_internal.refusals() AS r
+             ON (r.name COLLATE "C") OPERATOR(pg_catalog.=) h.name
+            AND r.generation OPERATOR(pg_catalog.=) h.generation;
+
+COMMENT ON VIEW @extschema@.hoplock_history IS
+    'past and running terms: who led, from when to when, how each term ended, and the writes refused to it after it lost its lease';
+
 CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
     SELECT l.name,
            l.owner,
@@ -313,9 +336,14 @@ CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            l.value,
            l.step_down_at,
            l.step_down_to,
-           coalesce(l.priority, 0) AS priority
+           coalesce(l.priority, 0) AS priority,
+           coalesce(r.refused, 0) AS refused_writes
       FROM hoplock_internal.lease AS l
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
+           LEFT JOIN (SELECT f.name COLLATE "C" AS name,
+                             pg_catalog.sum(f.fences OPERATOR(pg_catalog.+) f.writes)::pg_catalog.int8 AS refused
+                        FROM hoplock_internal.refusals() AS f
+                       GROUP BY 1) AS r ON r.name OPERATOR(pg_catalog.=) l.name
      WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
 
 DROP FUNCTION @extschema@.hoplock_events(bigint);

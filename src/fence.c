@@ -26,6 +26,7 @@
 #include "fence.h"
 #include "hoplock.h"
 #include "lease.h"
+#include "refusals.h"
 #include "storage.h"
 #include "termlock.h"
 #include "wakeup.h"
@@ -64,10 +65,11 @@ static bool fenced_outside_block = false;
 /*
  * Raise 55P03 unless term "generation" of lease "name" holds it now, 42501
  * unless the caller may fence it.  Reads the newest committed version.
- * Returns the term's expires_at.
+ * Returns the term's expires_at.  A refusal because the term is not the
+ * lease's running one is a zombie write, counted as "kind" (refusals.c).
  */
 static TimestampTz
-check_fence(text *name, int64 generation)
+check_fence(text *name, int64 generation, HlRefusalKind kind)
 {
 	HlRelation	rel;
 	LeaseVersion cur;
@@ -104,6 +106,9 @@ check_fence(text *name, int64 generation)
 				 errmsg("lease \"%s\" is not held by generation " INT64_FORMAT,
 						lease_name, generation),
 				 errdetail("The lease has never been acquired.")));
+	if (cur.lease.generation != generation ||
+		!hl_lease_is_held(&cur.lease, now))
+		hl_refusal_note(name, generation, &cur.lease, kind);
 	if (cur.lease.generation != generation)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
@@ -132,8 +137,8 @@ check_fence(text *name, int64 generation)
  * hoplock_fence(name, generation): hold the term's lock until this
  * transaction ends; raises unless the term is current and the caller's.
  */
-void
-hl_fence(text *name, int64 generation)
+static void
+fence(text *name, int64 generation, HlRefusalKind kind)
 {
 	TimestampTz expires_at;
 
@@ -142,7 +147,7 @@ hl_fence(text *name, int64 generation)
 	/* nor one in a parallel worker: its lock would end with the worker */
 	PreventCommandIfParallelMode("hoplock_fence()");
 
-	expires_at = check_fence(name, generation);
+	expires_at = check_fence(name, generation, kind);
 	if (!hl_term_trylock(name, ShareLock))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
@@ -160,7 +165,13 @@ hl_fence(text *name, int64 generation)
 	hl_wake_waiters_if_lapsed_at_end(name, expires_at);
 
 	/* the lease may have changed before the lock was had */
-	(void) check_fence(name, generation);
+	(void) check_fence(name, generation, kind);
+}
+
+void
+hl_fence(text *name, int64 generation)
+{
+	fence(name, generation, HL_REFUSED_FENCE);
 }
 
 /*
@@ -180,7 +191,7 @@ hl_fence_once(text *name, int64 generation)
 			hl_text_equal(item->name, name))
 			return;
 	}
-	hl_fence(name, generation);
+	fence(name, generation, HL_REFUSED_WRITE);
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	item = palloc(sizeof(HeldFence));
 	item->generation = generation;

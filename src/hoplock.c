@@ -14,6 +14,7 @@
 #include "events.h"
 #include "fence.h"
 #include "hoplock.h"
+#include "refusals.h"
 #include "settings.h"
 #include "shmem.h"
 #include "storage.h"
@@ -47,6 +48,7 @@ _PG_init(void)
 	if (process_shared_preload_libraries_in_progress)
 	{
 		hl_shmem_init();
+		hl_refusals_init();
 
 		/*
 		 * pg_upgrade runs the old and the new cluster in binary-upgrade

@@ -13,6 +13,7 @@
 #include "candidates.h"
 #include "compat.h"
 #include "lease.h"
+#include "refusals.h"
 #include "shmem.h"
 #include "workers.h"
 
@@ -27,6 +28,7 @@ PG_FUNCTION_INFO_V1(hoplock_serve_this_database);
 PG_FUNCTION_INFO_V1(hoplock_worker_status);
 PG_FUNCTION_INFO_V1(hoplock_blocker);
 PG_FUNCTION_INFO_V1(hoplock_stats);
+PG_FUNCTION_INFO_V1(hoplock_refusals);
 PG_FUNCTION_INFO_V1(hoplock_stats_reset);
 PG_FUNCTION_INFO_V1(hoplock_candidates);
 
@@ -311,6 +313,7 @@ hoplock_stats_reset(PG_FUNCTION_ARGS)
 		slot->stats_reset = GetCurrentTimestamp();
 	}
 	LWLockRelease(slot->lock);
+	hl_refusals_reset();
 	PG_RETURN_VOID();
 }
 
@@ -340,6 +343,36 @@ hoplock_candidates(PG_FUNCTION_ARGS)
 		values[4] = Int32GetDatum(rows[i].pid);
 		values[5] = role ? CStringGetTextDatum(role) : (Datum) 0;
 		nulls[5] = (role == NULL);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	PG_RETURN_VOID();
+}
+
+/*
+ * hoplock_internal.refusals(): the terms of this database's leases with
+ * refused fences and fenced writes counted (refusals.c), for the views
+ * hoplock_history and hoplock_leases.
+ */
+Datum
+hoplock_refusals(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HlRefusalRow *rows;
+	int			n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	n = hl_refusals_list(&rows);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[6];
+		bool		nulls[6] = {0};
+
+		values[0] = PointerGetDatum(rows[i].name);
+		values[1] = Int64GetDatum(rows[i].generation);
+		values[2] = Int64GetDatum(rows[i].fences);
+		values[3] = Int64GetDatum(rows[i].writes);
+		values[4] = TimestampTzGetDatum(rows[i].first_at);
+		values[5] = TimestampTzGetDatum(rows[i].last_at);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	PG_RETURN_VOID();

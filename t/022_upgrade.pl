@@ -302,7 +302,7 @@ my @mutations = (
 	[ 'a function\'s privileges',  q{GRANT EXECUTE ON FUNCTION hoplock.hoplock_forget(text) TO PUBLIC} ],
 	[ 'the schema\'s privileges',  q{GRANT USAGE ON SCHEMA hoplock_internal TO PUBLIC} ],
 	[ 'a table\'s privileges',     q{GRANT SELECT ON hoplock_internal.floor TO PUBLIC} ],
-	[ 'a view\'s definition',      q{CREATE OR REPLACE VIEW hoplock.hoplock_history WITH (security_barrier) AS SELECT h.name, h.owner, h.role, h.generation, h.acquired_at, h.ended_at, h.how FROM hoplock_internal.history AS h WHERE h.how IS DISTINCT FROM 'x'} ],
+	[ 'a view\'s definition',      q{CREATE OR REPLACE VIEW hoplock.hoplock_history WITH (security_barrier) AS SELECT h.name, h.owner, h.role, h.generation, h.acquired_at, h.ended_at, h.how, 0::bigint AS refused_writes FROM hoplock_internal.history AS h WHERE h.how IS DISTINCT FROM 'x'} ],
 	[ 'a view\'s options',         q{ALTER VIEW hoplock.hoplock_leases RESET (security_barrier)} ],
 	[ 'a table\'s options',        q{ALTER TABLE hoplock_internal.lease RESET (vacuum_truncate)} ],
 	[ 'a column',                  q{ALTER TABLE hoplock_internal.history ALTER COLUMN how SET NOT NULL} ],

@@ -45,6 +45,12 @@ $node->safe_psql('postgres', q{
 	SELECT hoplock.hoplock_acquire('unlisted', 'host-d:4545', '10 min');
 	SELECT hoplock.hoplock_acquire('listed-free', 'host-d:4545', '10 min');
 	SELECT hoplock.hoplock_release('listed-free', 'host-d:4545');
+	-- a zombie write: a fence by mailer's first term, refused
+	DO $$
+	BEGIN
+		PERFORM hoplock.hoplock_fence('mailer', (SELECT min(generation) FROM hoplock.hoplock_history WHERE name = 'mailer'));
+	EXCEPTION WHEN lock_not_available THEN NULL;
+	END $$;
 });
 # the names with series of their own, as an operator lists them (the
 # exporter's role, in its database)
@@ -132,6 +138,14 @@ like($metrics, qr/^hoplock_stats_releases\{[^}]*datname="postgres"[^}]*\} 2$/m,
 	'releases');
 like($metrics, qr/^hoplock_worker_running\{[^}]*datname="postgres"[^}]*\} 1$/m,
 	'the worker runs');
+like($metrics, qr/^hoplock_stats_fences_refused\{[^}]*datname="postgres"[^}]*\} 1$/m,
+	'zombie writes: the fence refused to a term that no longer held its lease');
+like($metrics, qr/^hoplock_stats_writes_refused\{[^}]*datname="postgres"[^}]*\} 0$/m,
+	'... and no fenced row');
+like($metrics, qr/^hoplock_lease_refused_writes\{[^}]*name="mailer"[^}]*\} 1$/m,
+	'... counted for the listed name');
+like($metrics, qr/^hoplock_lease_refused_writes\{[^}]*name="billing-scheduler"[^}]*\} 0$/m,
+	'... and not for another');
 like($metrics, qr/^hoplock_lease_terms_last_hour\{[^}]*name="mailer"[^}]*\} 2$/m,
 	'terms of a name in the last hour, from the history');
 unlike($metrics, qr/^pg_exporter_user_queries_load_error\{[^}]*\} 1$/m,
@@ -175,5 +189,20 @@ ok($flooded !~ /flood-|o{194}/, 'no series names a lease or an owner of that rol
 
 $h->kill_kill;
 $h->finish;
+# The alert rules: valid, and firing on zombie writes (promtool's unit
+# test, examples/prometheus/alerts_test.yaml)
+SKIP:
+{
+	skip 'promtool is not installed', 2 unless -x '/usr/bin/promtool';
+	my ($pout, $perr) = ('', '');
+	ok(IPC::Run::run([ '/usr/bin/promtool', 'check', 'rules', 'examples/prometheus/alerts.yaml' ],
+			'>', \$pout, '2>', \$perr), 'promtool: the alert rules are valid')
+	  or diag("$pout$perr");
+	ok(IPC::Run::run([ '/usr/bin/promtool', 'test', 'rules', 'alerts_test.yaml' ],
+			'>', \$pout, '2>', \$perr, init => sub { chdir 'examples/prometheus' }),
+		'promtool: they fire on zombie writes and leadership flapping, and only then')
+	  or diag("$pout$perr");
+}
+
 $node->stop;
 done_testing();
