@@ -78,6 +78,24 @@ my @good = (
 		args => [ 'fz-a', 'o1', '2 days' ], lits => [ text_lit('fz-a'), text_lit('o1'), ival_lit('172800000000') ]) ],
 	[ 'the arguments fetched one by one', { %{ acquire() },
 		lits => sub { (text_lit('fz-a'), text_lit('o1'), ival_lit(3_600_000_000))[ $_[0] ] } } ],
+	[ 'a handoff to the first candidate (to_owner NULL) returns its owner', acquire(fn => 'handoff',
+		args => [ 'fz-a', 'o1', '7', undef ], lits => [ text_lit('fz-a'), text_lit('o1'), gen_lit(7), $NULL ],
+		rows => [ [ 'fz-a', 'cand', 8, 'h2:2:8' ] ]) ],
+	[ 'a handoff to a named candidate returns that owner', acquire(fn => 'handoff',
+		args => [ 'fz-a', 'o1', '7', 'cand' ], lits => [ text_lit('fz-a'), text_lit('o1'), gen_lit(7), text_lit('cand') ],
+		rows => [ [ 'fz-a', 'cand', 8, 'h2:2:8' ] ]) ],
+	[ 'a proclaim clearing the value (NULL)', acquire(fn => 'proclaim',
+		args => [ 'fz-a', 'o1', '7', undef ], lits => [ text_lit('fz-a'), text_lit('o1'), gen_lit(7), $NULL ],
+		rows => [ ['t'] ]) ],
+	[ 'a value with a control character refused (22023)', acquire(fn => 'proclaim',
+		args => [ 'fz-a', 'o1', '7', "a" ], lits => [ text_lit('fz-a'), text_lit('o1'), gen_lit(7), text_lit("a") ],
+		state => '22023', rows => []) ],
+	[ 'a step-down request refused to an ordinary role (42501)', acquire(fn => 'step_down',
+		args => [ 'fz-a', undef ], lits => [ text_lit('fz-a'), $NULL ], state => '42501', rows => []) ],
+	[ 'a NULL priority refused (22004)', acquire(fn => 'wait_candidate',
+		args => [ 'fz-a', 'o1', '1 h', '0', undef, undef, 'true' ],
+		lits => [ text_lit('fz-a'), text_lit('o1'), ival_lit(3_600_000_000), ival_lit(0), $NULL, $NULL, { state => '' } ],
+		state => '22004', rows => []) ],
 );
 for my $g (@good)
 {
@@ -118,6 +136,13 @@ my @bad = (
 		acquire(rows => [ [ 'fz-a', 'o2', 7, 'h2:1:7' ] ]) ],
 	[ 'a lease returned does not match the call', 'a lease of generation 0',
 		acquire(rows => [ [ 'fz-a', 'o1', 0, 'h2:1:0' ] ]) ],
+	[ 'a lease returned does not match the call', 'a handoff to a named candidate that returns another',
+		acquire(fn => 'handoff', args => [ 'fz-a', 'o1', '7', 'cand' ],
+			lits => [ text_lit('fz-a'), text_lit('o1'), gen_lit(7), text_lit('cand') ],
+			rows => [ [ 'fz-a', 'other', 8, 'h2:2:8' ] ]) ],
+	[ 'a bad argument not refused as the contract says', 'a 257-byte value taken',
+		acquire(fn => 'proclaim', args => [ 'fz-a', 'o1', '7', 'v' x 257 ],
+			lits => [ text_lit('fz-a'), text_lit('o1'), gen_lit(7), text_lit('v' x 257) ], rows => [ ['t'] ]) ],
 );
 for my $b (@bad)
 {

@@ -154,7 +154,7 @@ sub setup
 		# one ordinary role may force-release, forget and reset the counters
 		$setup .= q{
 			GRANT EXECUTE ON FUNCTION hoplock_force_release(text), hoplock_forget(text),
-			      hoplock_stats_reset() TO fuzz_other;
+			      hoplock_stats_reset(), hoplock_request_step_down(text, text) TO fuzz_other;
 		} if $d->{db} eq 'fz_utf8';
 		$node->safe_psql($d->{db}, $setup);
 	}
@@ -499,7 +499,7 @@ sub transaction_block
 		if ($state eq '')
 		{
 			run_sql($c, 'RELEASE SAVEPOINT fz') if $savepoint;
-			$touched = 1 if $f->[0] =~ /acquire|renew|release|fence|wait|write|delete|force|forget/;
+			$touched = 1 if $f->[0] =~ /acquire|renew|release|fence|wait|write|delete|force|forget|handoff|proclaim|step_down/;
 			next;
 		}
 		if (!$savepoint)

@@ -241,6 +241,13 @@ sub gen_bool
 	return pick('t', 'f', 'on', 'off', 'yes', 'no', '1', '0', undef, 'maybe', '2', '');
 }
 
+# a candidate's priority: small ones mostly, the extremes, and bad literals
+sub gen_priority
+{
+	return int(rand(11)) - 5 if chance(0.8);
+	return pick('2147483647', '-2147483648', '2147483648', undef, 'x', '1.5', '');
+}
+
 sub gen_since
 {
 	my ($c) = @_;
@@ -270,6 +277,16 @@ our @FUNCS = (
 		[qw(name owner ttl timeout)], 'lease', 3 ],
 	[ wait5 => sprintf($LEASE, 'hoplock_wait($1::text, $2::text, $3::interval, $4::interval, session_bound => $5::boolean)'),
 		[qw(name owner ttl timeout bool)], 'lease', 1 ],
+	[ wait_candidate => sprintf($LEASE, 'hoplock_wait($1::text, $2::text, $3::interval, $4::interval, priority => $5::integer, value => $6::text, preempt => $7::boolean)'),
+		[qw(name owner ttl timeout priority value bool)], 'lease', 1.5 ],
+	[ acquire_value => sprintf($LEASE, 'hoplock_acquire($1::text, $2::text, $3::interval, value => $4::text)'),
+		[qw(name owner ttl value)], 'lease', 2 ],
+	[ handoff => sprintf($LEASE, 'hoplock_handoff($1::text, $2::text, $3::bigint, $4::text)'),
+		[qw(name owner gen to_owner)], 'lease', 3 ],
+	[ proclaim => 'SELECT hoplock_proclaim($1::text, $2::text, $3::bigint, $4::text)',
+		[qw(name owner gen value)], 'bool', 3 ],
+	[ step_down => 'SELECT hoplock_request_step_down($1::text, $2::text)',
+		[qw(name to_owner)], 'bool', 1.5, 'privileged' ],
 	[ write => sprintf($LEASE, 'hoplock_write($1::text, $2::text, $3::text, $4::interval)'),
 		[qw(name prev_handle owner ttl)], 'lease', 6 ],
 	[ delete => 'SELECT hoplock_delete($1::text, $2::text)', [qw(name handle)], 'bool', 4 ],
@@ -283,7 +300,8 @@ our @FUNCS = (
 );
 our %TYPE_OF = (
 	name => 'text', owner => 'text', ttl => 'interval', timeout => 'interval', gen => 'bigint',
-	bool => 'boolean', prev_handle => 'text', handle => 'text', since => 'bigint');
+	bool => 'boolean', prev_handle => 'text', handle => 'text', since => 'bigint',
+	priority => 'integer', value => 'text', to_owner => 'text');
 
 sub gen_args
 {
@@ -296,6 +314,8 @@ sub gen_args
 		my $v;
 		if ($k eq 'name') { $v = $name = gen_name($c) }
 		elsif ($k eq 'owner') { $v = gen_owner($c) }
+		elsif ($k eq 'to_owner' || $k eq 'value') { $v = chance(0.3) ? undef : gen_owner($c) }
+		elsif ($k eq 'priority') { $v = gen_priority() }
 		elsif ($k eq 'ttl') { $v = gen_ttl($c) }
 		elsif ($k eq 'timeout') { $v = gen_timeout($c) }
 		elsif ($k eq 'gen') { $v = gen_generation($c, $name) }

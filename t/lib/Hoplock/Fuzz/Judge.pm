@@ -181,8 +181,10 @@ sub argument
 {
 	my ($c, $kind, $lit, $server_version) = @_;
 	return 'ok' if $kind eq 'prev_handle' || $kind eq 'since';
+	# a handoff to the first candidate, no value: NULL is an answer
+	return 'ok' if ($kind eq 'to_owner' || $kind eq 'value') && $lit->{null};
 	return '22004' if $lit->{null};
-	if ($kind eq 'name' || $kind eq 'owner')
+	if ($kind eq 'name' || $kind eq 'owner' || $kind eq 'to_owner' || $kind eq 'value')
 	{
 		return '22023' if $lit->{bytes} == 0 || $lit->{bytes} > 256;
 		my $utf8 = $lit->{utf8};
@@ -313,7 +315,8 @@ sub call
 			"$fn: returned " . join(', ', map { show_value($_) } @{ $rows->[0] }) . "\n"
 			  . repro($c, $sql, $args, $context) ]
 		  unless $name eq $given{name}
-		  && (!exists $given{owner} || $fn eq 'read' || $fn eq 'holder' || $owner eq $given{owner})
+		  && (!exists $given{owner} || $fn eq 'read' || $fn eq 'holder' || $owner eq $given{owner}
+			  || ($fn eq 'handoff' && (!defined $given{to_owner} || $owner eq $given{to_owner})))
 		  && $gen > 0;
 	}
 	return $out;
