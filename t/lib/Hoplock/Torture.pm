@@ -5,7 +5,8 @@
 # (DBD::Pg, each its own process) contend for four names with ttls of
 # 50-500 ms: they acquire or wait, renew (now and then too late), write
 # through hoplock_fence and through tables fenced by the hoplock_fenced
-# trigger under READ COMMITTED, REPEATABLE READ and SERIALIZABLE, release,
+# trigger under READ COMMITTED, REPEATABLE READ and SERIALIZABLE, release
+# or hand their term to the first waiting candidate (hoplock_handoff),
 # vanish, hang in a fenced transaction, some with session-bound terms, some
 # with synchronous_commit = off.  A listener process follows the primary
 # and records every event.  Meanwhile faults, at random:
@@ -63,12 +64,15 @@ sub nap
 sub us { return "(extract(epoch FROM $_[0]) * 1000000)::bigint"; }
 
 my $LEASE_COLS = 'r.generation, r.owner, ' . us('r.acquired_at') . ' AS acquired_at, '
-  . us('r.expires_at') . ' AS expires_at, ' . us('clock_timestamp()') . ' AS server_time';
+  . us('r.expires_at') . ' AS expires_at, r.step_down, ' . us('clock_timestamp()') . ' AS server_time';
 my %SQL = (
 	acquire => "SELECT $LEASE_COLS FROM hoplock.hoplock_acquire(\$1, \$2, \$3::interval, \$4::boolean) AS r",
 	wait => "SELECT $LEASE_COLS FROM hoplock.hoplock_wait(\$1, \$2, \$3::interval, \$4::interval, \$5::boolean) AS r",
 	renew => "SELECT $LEASE_COLS FROM hoplock.hoplock_renew(\$1, \$2, \$3::interval, \$4::bigint) AS r",
 	release => 'SELECT hoplock.hoplock_release($1, $2, $3::bigint) AS ok, ' . us('clock_timestamp()') . ' AS server_time',
+	handoff => "SELECT $LEASE_COLS FROM hoplock.hoplock_handoff(\$1, \$2, \$3::bigint) AS r",
+	proclaim => 'SELECT hoplock.hoplock_proclaim($1, $2, $3::bigint, $4) AS ok, ' . us('clock_timestamp()') . ' AS server_time',
+	step_down => 'SELECT hoplock.hoplock_request_step_down($1) AS ok, ' . us('clock_timestamp()') . ' AS server_time',
 );
 
 # ===========================================================================
@@ -236,7 +240,7 @@ sub lease_call
 	if ($row)
 	{
 		$rec->{server_time} = $row->{server_time};
-		if ($k eq 'release')
+		if ($k =~ /^(release|proclaim|step_down)$/)
 		{
 			$rec->{ok} = $row->{ok} ? 1 : 0;
 		}
@@ -245,6 +249,7 @@ sub lease_call
 			$rec->{result} = {
 				generation  => $row->{generation}, owner => $row->{owner},
 				acquired_at => $row->{acquired_at}, expires_at => $row->{expires_at} };
+			$rec->{step_down} = 1 if $row->{step_down};
 		}
 	}
 	else
@@ -411,11 +416,41 @@ sub lead_step
 		$self->{lead} = undef if $rec->{sqlstate};
 		return;
 	}
-	if ($x < 0.05)
+	if ($x < 0.012)
 	{
+		# publish a value for the term, or ask the leader of another name
+		# to step down (an operator's request: the torture's role may)
+		if (rand() < 0.5)
+		{
+			my $rec = { name => $L->{name}, owner => $self->{owner}, generation => $L->{generation} };
+			$self->lease_call('proclaim', $rec, $L->{name}, $self->{owner}, $L->{generation}, "c$self->{id}:" . int(rand(1000)));
+			$self->new_owner if $rec->{unknown_outcome};
+		}
+		else
+		{
+			my $n = $Hoplock::Torture::NAMES[ int(rand(@Hoplock::Torture::NAMES)) ];
+			my $rec = { name => $n };
+			$self->lease_call('step_down', $rec, $n);
+			$self->new_owner if $rec->{unknown_outcome};
+		}
+		return;
+	}
+	if ($x < 0.05 || $L->{step_down})
+	{
+		# hand over to the first waiting candidate (always, when asked to
+		# step down), or release; with no candidate the handoff returns
+		# NULL and the term goes on
+		my $k = ($L->{step_down} || rand() < 0.5) ? 'handoff' : 'release';
 		my $rec = { name => $L->{name}, owner => $self->{owner}, generation => $L->{generation} };
-		$self->lease_call('release', $rec, $L->{name}, $self->{owner}, $L->{generation});
+		$self->lease_call($k, $rec, $L->{name}, $self->{owner}, $L->{generation});
 		$self->new_owner if $rec->{unknown_outcome};
+		if ($k eq 'handoff' && !$rec->{sqlstate} && !$rec->{result})
+		{
+			# nobody waits: lead on (a request to step down is seen again
+			# at the next renewal)
+			$L->{step_down} = 0;
+			return;
+		}
 		$self->{lead} = undef;
 		return;
 	}
@@ -450,6 +485,7 @@ sub lead_step
 	if ($rec->{result})
 	{
 		$L->{last} = $rec->{called_at};
+		$L->{step_down} = 1 if $rec->{step_down};
 	}
 	elsif (!$rec->{sqlstate})
 	{
@@ -635,6 +671,8 @@ hoplock.log_events = on
 		CREATE EXTENSION amcheck;
 		CREATE ROLE torture LOGIN;
 		GRANT USAGE ON SCHEMA hoplock TO torture;
+		-- the clients play the operator too, asking leaders to step down
+		GRANT EXECUTE ON FUNCTION hoplock.hoplock_request_step_down(text, text) TO torture;
 		CREATE SCHEMA torture;
 		CREATE SEQUENCE torture.row_id;
 		CREATE TABLE torture.fenced_rows (

@@ -14,11 +14,13 @@
 # The history, as a hash:
 #   calls  => [ { client (its number), port, connection (the client's how
 #                 manyth), synchronous_commit (on|off),
-#                 kind (acquire|wait|renew|release|fenced|vanish),
+#                 kind (acquire|wait|renew|release|handoff|fenced|vanish),
 #                 name, owner, ttl (ms), timeout (ms, wait), session_bound,
-#                 generation (the term renewed, released or fenced),
+#                 generation (the term renewed, released, handed off or
+#                 fenced),
 #                 called_at, returned_at,
-#                 result => { generation, owner, acquired_at, expires_at } | undef,
+#                 result => { generation, owner, acquired_at, expires_at } | undef
+#                 (handoff: the candidate's new term),
 #                 ok (release: true; fenced: committed), server_time,
 #                 sqlstate, message, unknown_outcome (the error left it
 #                 unknown whether the call took effect), late (a renewal
@@ -56,14 +58,14 @@ our $SYNC_VISIBLE_MARGIN = 2;
 
 our @CHECKS = (
 	[ overlap => 'the terms of a name never overlap in server time (final history, and each replaced primary\'s)' ],
-	[ reuse => 'no generation is granted twice: every result and history row of a generation names the same owner and acquired_at' ],
+	[ reuse => 'no generation is granted twice: every result and history row of a generation names the same owner and acquired_at (a handoff\'s result too)' ],
 	[ order => 'generations only go up: no result carries a generation below one acknowledged before its call began, a new term is above every earlier one (crashes, promotions, asynchronous ones too)' ],
-	[ durable => 'no acknowledged grant, renewal or release is lost (crashes, synchronous promotion; an asynchronous one only its last moments)' ],
+	[ durable => 'no acknowledged grant, renewal, release or handoff is lost (crashes, synchronous promotion; an asynchronous one only its last moments)' ],
 	[ renew_null => 'a renewal returns NULL only once its term has ended' ],
 	[ fenced_term => 'every committed fenced row belongs to the term that held the lease at its commit, and to a term its writer was granted' ],
 	[ fenced_order => 'a name\'s fenced rows, in id (commit) order, never go back in generation' ],
 	[ fenced_durable => 'acknowledged fenced commits survive (synchronous_commit = on); rolled-back ones left no row' ],
-	[ events_stream => 'each listener connection saw, per name, acquired(g) renewed(g)* then released(g) or expired(g), then acquired(g\' > g)' ],
+	[ events_stream => 'each listener connection saw, per name, acquired(g) (renewed|proclaimed|step_down)(g)* then released(g) or expired(g), then acquired(g\' > g)' ],
 	[ events_once => 'no term is announced as begun or ended twice, across crashes (listeners and hoplock_events(0))' ],
 	[ events_history => 'hoplock_events(0) is well formed per name and holds every event the listeners were sent' ],
 	[ final_state => 'at the end every lapsed term is announced, the lease table agrees with the history, and amcheck finds nothing' ],
@@ -164,9 +166,9 @@ sub bad_step
 	{
 		return undef;
 	}
-	if ($prev->{event} eq 'acquired' || $prev->{event} eq 'renewed')
+	if ($prev->{event} =~ /^(acquired|renewed|proclaimed|step_down)$/)
 	{
-		return undef if $e->{event} =~ /^(renewed|released|expired)$/ && $e->{generation} == $prev->{generation};
+		return undef if $e->{event} =~ /^(renewed|proclaimed|step_down|released|expired)$/ && $e->{generation} == $prev->{generation};
 		return "after $prev->{event}(g=$prev->{generation}) came $e->{event}(g=$e->{generation})";
 	}
 	return undef if $e->{event} eq 'acquired' && $e->{generation} > $prev->{generation};
@@ -248,12 +250,25 @@ sub check
 			  . fmt_call($first) . ' / ' . fmt_call($c);
 		}
 	}
+	# a handoff's result names the term the candidate's wait returned: the
+	# same owner and beginning (kept apart from the grants: the caller was
+	# not granted it)
+	my %handed;
+	for my $c (grep { $_->{kind} eq 'handoff' && !$_->{sqlstate} && $_->{result} } @calls)
+	{
+		my $key = "$c->{name}\0$c->{result}{generation}";
+		$handed{$key} //= $c;
+		my $first = $seen{$key} // $handed{$key};
+		push @{ $v{reuse} }, "generation $c->{result}{generation} of $c->{name} handed off to one owner and granted to another: "
+		  . fmt_call($first) . ' / ' . fmt_call($c)
+		  if $first->{result}{owner} ne $c->{result}{owner} || $first->{result}{acquired_at} != $c->{result}{acquired_at};
+	}
 	for my $hist (@histories)
 	{
 		my ($what, $terms) = @$hist;
 		for my $t (map { @$_ } values %$terms)
 		{
-			my $c = $seen{"$t->{name}\0$t->{generation}"} or next;
+			my $c = $seen{"$t->{name}\0$t->{generation}"} // $handed{"$t->{name}\0$t->{generation}"} or next;
 			push @{ $v{reuse} }, "$what disagrees with what a client was given: "
 			  . fmt_term($t) . ' / ' . fmt_call($c)
 			  if $c->{result}{owner} ne $t->{owner} || $c->{result}{acquired_at} != $t->{acquired_at};
@@ -352,6 +367,20 @@ sub check
 		elsif (($ft->{term}{how} // '') ne 'released')
 		{
 			push @{ $v{durable} }, 'an acknowledged release is not what ended the term: '
+			  . fmt_call($c) . ' / ' . fmt_term($ft->{term});
+		}
+	}
+	for my $c (grep { $_->{kind} eq 'handoff' && !$_->{sqlstate} && $_->{result} } @calls)
+	{
+		next unless kept($h, $c->{port}, $c->{returned_at});
+		my $ft = $fterm{ $c->{name} }{ $c->{generation} };
+		if (!$ft || !$fterm{ $c->{name} }{ $c->{result}{generation} })
+		{
+			push @{ $v{durable} }, 'an acknowledged handoff is missing from the surviving history: ' . fmt_call($c);
+		}
+		elsif (($ft->{term}{how} // '') ne 'handed off')
+		{
+			push @{ $v{durable} }, 'an acknowledged handoff is not what ended the term: '
 			  . fmt_call($c) . ' / ' . fmt_term($ft->{term});
 		}
 	}
@@ -502,8 +531,10 @@ sub check
 
 	# --- events_once --------------------------------------------------------------
 	my %ann;    # "n\0g\0begin|end" => { seq => event }
-	my @strict = grep { $_->{event} ne 'renewed' && kept_visible($h, $_->{port}, $_->{received_at}) } @{ $h->{notes} };
-	push @strict, map { { %$_, source => 'hoplock_events(0)' } } grep { $_->{event} ne 'renewed' } @{ $final->{events} };
+	# (a term's beginning and its end; not what happens within it)
+	my $edge = qr/^(acquired|released|expired)$/;
+	my @strict = grep { $_->{event} =~ $edge && kept_visible($h, $_->{port}, $_->{received_at}) } @{ $h->{notes} };
+	push @strict, map { { %$_, source => 'hoplock_events(0)' } } grep { $_->{event} =~ $edge } @{ $final->{events} };
 	for my $e (@strict)
 	{
 		my $kind = $e->{event} eq 'acquired' ? 'begin' : 'end';
@@ -609,6 +640,8 @@ sub counts
 	$n{hung} = grep { $_->{kind} eq 'fenced' && $_->{hung} } @calls;
 	$n{hung_ended} = grep { $_->{kind} eq 'fenced' && $_->{hung} && ($_->{message} // '') =~ /administrator command/ } @calls;
 	$n{released} = grep { $_->{kind} eq 'release' && !$_->{sqlstate} && $_->{ok} } @calls;
+	$n{handed_off} = grep { $_->{kind} eq 'handoff' && !$_->{sqlstate} && $_->{result} } @calls;
+	$n{handoff_null} = grep { $_->{kind} eq 'handoff' && !$_->{sqlstate} && !$_->{result} } @calls;
 	$n{session_bound} = grep { $_->{kind} =~ /^(acquire|wait)$/ && acked_result($_) && $_->{session_bound} } @calls;
 	my @f = grep { $_->{kind} eq 'fenced' } @calls;
 	$n{fenced_txns} = @f;
@@ -688,6 +721,12 @@ our @MUTATIONS = (
 	[ order => 'a new term below one acknowledged earlier', sub {
 		push @{ $_[0]{calls} }, { %{ $_[0]{calls}[0] }, client => 3, owner => 'o3', port => 2, called_at => 3, returned_at => 3.1, result => { generation => 0.5, owner => 'o3', acquired_at => 1, expires_at => 2 } } } ],
 	[ durable => 'an acknowledged grant missing after a crash', sub { pop @{ $_[0]{final}{history} } } ],
+	[ durable => 'an acknowledged handoff that is not what ended the term', sub {
+		push @{ $_[0]{calls} }, { %{ $_[0]{calls}[0] }, kind => 'handoff', generation => 1, called_at => 1.9, returned_at => 1.95,
+			result => { %{ $_[0]{calls}[5]{result} } } } } ],
+	[ reuse => 'a handoff whose result disagrees with the candidate\'s grant', sub {
+		push @{ $_[0]{calls} }, { %{ $_[0]{calls}[0] }, kind => 'handoff', generation => 1, called_at => 1.9, returned_at => 1.95,
+			result => { %{ $_[0]{calls}[5]{result} }, owner => 'o9' } } } ],
 	[ renew_null => 'a renewal NULL before the term lapsed', sub { $_[0]{calls}[4]{server_time} = $_[0]{final}{history}[0]{ended_at} - 1 } ],
 	[ fenced_term => 'a row committed after the next term began', sub { $_[0]{final}{rows}[0]{committed_at} = $_[0]{final}{history}[1]{acquired_at} + 1 } ],
 	[ fenced_order => 'rows out of generation order', sub { $_[0]{final}{rows}[0]{id} = 3 } ],
