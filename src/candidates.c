@@ -186,6 +186,29 @@ hl_candidate_leave(bool acquired)
 }
 
 /*
+ * Is term "generation" of lease "name" the one a handoff wrote for this
+ * backend while it waits?  (The caller has seen it committed.)
+ */
+bool
+hl_candidate_handed_to_me(text *name, int64 generation)
+{
+	HlCandidate *me;
+	HlWaitKey	key;
+	LWLock	   *lock;
+	bool		handed;
+
+	if (!entered)
+		return false;
+	hl_wait_key(name, &key);
+	me = my_entry();
+	lock = hl_wait_lock_for(&key);
+	LWLockAcquire(lock, LW_SHARED);
+	handed = same_key(&me->key, &key) && me->handed == generation;
+	LWLockRelease(lock);
+	return handed;
+}
+
+/*
  * May this backend begin a term of free lease "name" now?  Yes if no
  * candidate waits for it, or if this backend is the first of them.
  */

@@ -48,6 +48,7 @@ extern text *hl_candidate_preemptor(text *name, int32 term_priority,
 extern void hl_candidate_handed(text *name, const HlCandidatePick *pick,
 								int64 generation);
 extern void hl_candidate_leave(bool acquired);
+extern bool hl_candidate_handed_to_me(text *name, int64 generation);
 extern bool hl_candidate_may_take(text *name);
 extern int	hl_candidates_list(HlCandidateRow **rows);
 

@@ -77,9 +77,13 @@ like($err, qr/permission denied|must be a member/, 'another role cannot hand the
 
 my $before = $node->safe_psql('postgres', 'SELECT coalesce(max(seq), 0) FROM hoplock_events(0)');
 my $new = $node->safe_psql('postgres',
-	"SELECT owner || ' ' || (generation > $g1) || ' ' || (expires_at - acquired_at) FROM hoplock_handoff('h', 'old', $g1)");
+	"SELECT owner || ' ' || (generation > $g1) || ' ' || (expires_at - acquired_at) || ' ' || handle FROM hoplock_handoff('h', 'old', $g1)");
+my $handed_handle = (split ' ', $new)[3];
+$new =~ s/ \S+$//;
 is($new, 'c1 true 00:00:30', 'handed to the first candidate: a new generation, the candidate\'s ttl');
 my $got1 = finish($c1);
+is($node->safe_psql('postgres', q{SELECT handle FROM hoplock_holder('h')}), $handed_handle,
+	'the candidate takes the term as it was handed, without writing it again (the same handle)');
 my ($o1, $g2) = split ' ', $got1;
 is($o1, 'c1', 'the candidate\'s hoplock_wait returns the term');
 is($node->safe_psql('postgres', q{SELECT owner || ' ' || generation FROM hoplock_holder('h')}),

@@ -416,7 +416,7 @@ sub lead_step
 		$self->{lead} = undef if $rec->{sqlstate};
 		return;
 	}
-	if ($x < 0.012)
+	if ($x < 0.03)
 	{
 		# publish a value for the term, or ask the leader of another name
 		# to step down (an operator's request: the torture's role may)
@@ -435,7 +435,7 @@ sub lead_step
 		}
 		return;
 	}
-	if ($x < 0.05 || $L->{step_down})
+	if ($x < 0.07 || $L->{step_down})
 	{
 		# hand over to the first waiting candidate (always, when asked to
 		# step down), or release; with no candidate the handoff returns
