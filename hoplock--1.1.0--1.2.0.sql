@@ -250,6 +250,12 @@ ALTER TABLE hoplock_internal.lease ADD COLUMN value text COLLATE "C";
 ALTER TABLE hoplock_internal.lease ADD COLUMN step_down_at timestamptz;
 ALTER TABLE hoplock_internal.lease ADD COLUMN step_down_to text COLLATE "C";
 ALTER TABLE hoplock_internal.lease ADD COLUMN priority integer;
+ALTER TABLE hoplock_internal.lease ADD COLUMN handed_pid integer;
+ALTER TABLE hoplock_internal.lease ADD COLUMN handed_start timestamptz;
+COMMENT ON COLUMN hoplock_internal.lease.handed_pid IS
+    'the waiting session (its pid, and handed_start its start) a handoff wrote the running term for, until it takes it; NULL: none (the worker ends a handed term nobody took)';
+COMMENT ON COLUMN hoplock_internal.lease.handed_start IS
+    'the start of the session handed_pid names';
 COMMENT ON COLUMN hoplock_internal.lease.priority IS
     'the priority of the candidate the running term was granted to (hoplock_wait); 0 or NULL: hoplock_acquire';
 COMMENT ON COLUMN hoplock_internal.lease.step_down_at IS

@@ -41,6 +41,8 @@ CREATE TABLE hoplock_internal.lease (
     step_down_at  timestamptz,
     step_down_to  text COLLATE "C",
     priority      integer,
+    handed_pid    integer,
+    handed_start  timestamptz,
     CONSTRAINT lease_pkey PRIMARY KEY (name),
     CONSTRAINT lease_state_check CHECK (state OPERATOR(pg_catalog.=) ANY ('{h,x,r}'::"char"[])),
     CONSTRAINT lease_generation_check CHECK (generation OPERATOR(pg_catalog.>) 0)
@@ -60,6 +62,10 @@ COMMENT ON COLUMN hoplock_internal.lease.step_down_to IS
     'the owner it was asked to hand over to; NULL: any candidate';
 COMMENT ON COLUMN hoplock_internal.lease.priority IS
     'the priority of the candidate the running term was granted to (hoplock_wait); 0 or NULL: hoplock_acquire';
+COMMENT ON COLUMN hoplock_internal.lease.handed_pid IS
+    'the waiting session (its pid, and handed_start its start) a handoff wrote the running term for, until it takes it; NULL: none (the worker ends a handed term nobody took)';
+COMMENT ON COLUMN hoplock_internal.lease.handed_start IS
+    'the start of the session handed_pid names';
 COMMENT ON COLUMN hoplock_internal.lease.version IS
     'version of the row, new at every write: the handle (NULL: not written since 1.1)';
 

@@ -53,3 +53,14 @@ SELECT event, value FROM hoplock_events(0) WHERE name = 'pv' AND event = 'acquir
 SELECT show(hoplock_acquire('pv', 'b', '1 h'));
 SELECT value = '' AS no_value FROM hoplock_holder('pv');
 SELECT hoplock_release('pv', 'b');
+
+-- The holder's acquire (or wait) with a new value proclaims it: a
+-- proclaimed event, as hoplock_proclaim sends; the same value again, or
+-- none, sends nothing.
+SELECT coalesce(max(seq), 0) AS pv3_seq FROM hoplock_events(0) \gset
+SELECT value FROM hoplock_acquire('pv3', 'c', '1 h', value => 'host-c:1');
+SELECT value FROM hoplock_acquire('pv3', 'c', '1 h', value => 'host-c:2');
+SELECT value FROM hoplock_acquire('pv3', 'c', '1 h', value => 'host-c:2');
+SELECT value FROM hoplock_acquire('pv3', 'c', '1 h');
+SELECT event, value FROM hoplock_events(:pv3_seq) WHERE name = 'pv3' ORDER BY seq;
+SELECT hoplock_release('pv3', 'c');

@@ -26,6 +26,11 @@
  *		an error, its client gone -- asks the worker to end it (it ends it
  *		once the handoff has committed, or finds nothing if it rolled back),
  *		so that a handed term never outlives the wait it was written for.
+ *		The term's row names the candidate until its wait takes the term
+ *		(handed_pid, handed_start), so the worker finds a handed term
+ *		nobody took when it reads the table, too (after a restart, or a
+ *		message lost); and a wait that took a handed term in a transaction
+ *		that then rolls back asks the worker to end it as well.
  *
  *		A candidate that waits with preempt => true asks the holder of a
  *		term of lower priority to step down to it (wait.c has the worker
@@ -52,6 +57,21 @@
 
 static bool entered = false;	/* this backend's entry is in use */
 static bool exit_callback_registered = false;
+
+/*
+ * A handed term this transaction's wait took (taken_generation 0: none):
+ * should the (sub)transaction of the wait roll back, the take is undone
+ * and nobody holds the term; the worker is told to end it.  The name is
+ * kept here, not in a memory context, so that the abort needs none.
+ */
+static int64 taken_generation = 0;
+static int	taken_nest = 0;
+static union
+{
+	struct varlena hdr;
+	char		data[VARHDRSZ + HL_MAX_NAME_BYTES];
+}			taken_name;
+static bool xact_callbacks_registered = false;
 
 static HlCandidate *
 my_entry(void)
@@ -86,6 +106,54 @@ static void
 leave_at_exit(int code, Datum arg)
 {
 	hl_candidate_leave(false);
+}
+
+static void
+undo_take(void)
+{
+	if (taken_generation != 0)
+		hl_post_abandoned(&taken_name.hdr, taken_generation);
+	taken_generation = 0;
+}
+
+static void
+take_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		undo_take();
+	else if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+			 event == XACT_EVENT_PREPARE)
+		taken_generation = 0;
+}
+
+static void
+take_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					  SubTransactionId parentSubid, void *arg)
+{
+	if (taken_generation == 0)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB &&
+		taken_nest >= GetCurrentTransactionNestLevel())
+		undo_take();
+	else if (event == SUBXACT_EVENT_COMMIT_SUB &&
+			 taken_nest >= GetCurrentTransactionNestLevel())
+		taken_nest = GetCurrentTransactionNestLevel() - 1;
+}
+
+/* This transaction's wait took the term of "generation" it was handed */
+static void
+remember_take(const char *name, int namelen, int64 generation)
+{
+	if (!xact_callbacks_registered)
+	{
+		RegisterXactCallback(take_xact_callback, NULL);
+		RegisterSubXactCallback(take_subxact_callback, NULL);
+		xact_callbacks_registered = true;
+	}
+	memcpy(VARDATA(&taken_name.hdr), name, namelen);
+	SET_VARSIZE(&taken_name.hdr, VARHDRSZ + namelen);
+	taken_generation = generation;
+	taken_nest = GetCurrentTransactionNestLevel();
 }
 
 /*
@@ -158,7 +226,8 @@ hl_candidate_leave(bool acquired)
 	HlWaitKey	key;
 	LWLock	   *lock;
 	int64		handed;
-	text	   *name = NULL;
+	char		name[HL_MAX_NAME_BYTES];
+	int			namelen;
 
 	if (!entered)
 		return;
@@ -167,8 +236,8 @@ hl_candidate_leave(bool acquired)
 	lock = hl_wait_lock_for(&key);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	handed = me->handed;
-	if (handed != 0)
-		name = cstring_to_text_with_len(me->name, me->namelen);
+	namelen = me->namelen;
+	memcpy(name, me->name, namelen);
 	me->key.dboid = InvalidOid;
 	pg_write_barrier();
 	me->key.digest = 0;
@@ -180,32 +249,38 @@ hl_candidate_leave(bool acquired)
 	{
 		/* a term a handoff wrote for this wait has nobody: end it */
 		if (handed != 0)
-			hl_post_abandoned(name, handed);
+			hl_post_abandoned(cstring_to_text_with_len(name, namelen), handed);
 		hl_wake_waiters(&key);
 	}
+	else if (handed != 0)
+		remember_take(name, namelen, handed);
 }
 
 /*
- * Is term "generation" of lease "name" the one a handoff wrote for this
- * backend while it waits?  (The caller has seen it committed.)
+ * Is the session (pid, start) waiting for lease "name" as a candidate?
  */
 bool
-hl_candidate_handed_to_me(text *name, int64 generation)
+hl_candidate_waits(text *name, int32 pid, TimestampTz start)
 {
-	HlCandidate *me;
 	HlWaitKey	key;
 	LWLock	   *lock;
-	bool		handed;
+	bool		waits = false;
 
-	if (!entered)
+	if (hl_shared == NULL ||
+		pg_atomic_read_u32(&hl_shared->ncandidates) == 0)
 		return false;
 	hl_wait_key(name, &key);
-	me = my_entry();
 	lock = hl_wait_lock_for(&key);
 	LWLockAcquire(lock, LW_SHARED);
-	handed = same_key(&me->key, &key) && me->handed == generation;
+	for (int i = 0; i < hl_shared->nprocs && !waits; i++)
+	{
+		HlCandidate *c = &hl_shared->candidates[i];
+
+		waits = same_key(&c->key, &key) && c->pid == pid &&
+			c->session_start == start;
+	}
 	LWLockRelease(lock);
-	return handed;
+	return waits;
 }
 
 /*
@@ -296,16 +371,20 @@ role_dropped(const HlCandidate *c)
 /*
  * The first candidate of lease "name" whose owner is "to_owner" (NULL: the
  * first of all) that a term can be handed to, in *pick, for
- * hoplock_handoff; false if there is none.  Only a candidate of a role the
- * caller has the privileges of: the holder hands its term on within its
- * own roles, and no other role can catch it by waiting under the same
- * owner, nor be handed a term it would answer for.  Never this backend,
+ * hoplock_handoff; false if there is none.  Only a candidate whose role has
+ * the privileges of "term_roleid", the running term's role: the holder
+ * hands its term on within its role, and no other role can catch it by
+ * waiting under the same owner (nor a superuser's term be handed to an
+ * ordinary role: the superuser has the privileges of every role, not every
+ * role those of the superuser), as a preempting candidate must have them
+ * too (hl_candidate_preemptor).  Never this backend,
  * nor a candidate waiting under REPEATABLE READ or SERIALIZABLE (it could
  * not take the term: the handoff commits after its snapshot), nor one
  * whose role was dropped while it waited.
  */
 bool
-hl_candidate_pick(text *name, text *to_owner, HlCandidatePick *pick)
+hl_candidate_pick(text *name, text *to_owner, Oid term_roleid,
+				  HlCandidatePick *pick)
 {
 	HlCandidate *found;
 	int		   *index;
@@ -320,7 +399,7 @@ hl_candidate_pick(text *name, text *to_owner, HlCandidatePick *pick)
 		if (best >= 0 && !comes_before(&found[i], &found[best]))
 			continue;
 		if (role_dropped(&found[i]) ||
-			!has_privs_of_role(GetUserId(), found[i].roleid))
+			!has_privs_of_role(found[i].roleid, term_roleid))
 			continue;
 		best = i;
 	}

@@ -41,14 +41,14 @@ typedef struct HlCandidatePick
 extern void hl_candidate_enter(text *name, text *owner, int32 priority,
 							   int64 ttl, bool session_bound, text *value,
 							   bool preempt);
-extern bool hl_candidate_pick(text *name, text *to_owner,
+extern bool hl_candidate_pick(text *name, text *to_owner, Oid term_roleid,
 							  HlCandidatePick *pick);
 extern text *hl_candidate_preemptor(text *name, int32 term_priority,
 									Oid term_roleid);
 extern void hl_candidate_handed(text *name, const HlCandidatePick *pick,
 								int64 generation);
 extern void hl_candidate_leave(bool acquired);
-extern bool hl_candidate_handed_to_me(text *name, int64 generation);
+extern bool hl_candidate_waits(text *name, int32 pid, TimestampTz start);
 extern bool hl_candidate_may_take(text *name);
 extern int	hl_candidates_list(HlCandidateRow **rows);
 

@@ -24,6 +24,7 @@
 #include "postgres.h"
 
 #include "fence.h"
+#include "history.h"
 #include "hoplock.h"
 #include "lease.h"
 #include "refusals.h"
@@ -61,6 +62,25 @@ static HeldFence *held = NULL;
 
 /* ... taken outside a transaction block */
 static bool fenced_outside_block = false;
+
+/*
+ * A write by term "generation" of lease "name", which is not the running
+ * term ("cur" is the lease's row), is refused: count it as a zombie write
+ * if it is one -- a term the lease had, as the history has it (the last
+ * one: as the row has it), by a role with the privileges of that term's
+ * role (refusals.c).
+ */
+static void
+note_refusal(text *name, int64 generation, const Lease *cur,
+			 HlRefusalKind kind)
+{
+	Oid			roleid = cur->owner_roleid;
+
+	if (generation != cur->generation &&
+		!hl_history_term_role(name, generation, &roleid))
+		return;
+	hl_refusal_note(name, generation, roleid, cur->generation, kind);
+}
 
 /*
  * Raise 55P03 unless term "generation" of lease "name" holds it now, 42501
@@ -106,9 +126,15 @@ check_fence(text *name, int64 generation, HlRefusalKind kind)
 				 errmsg("lease \"%s\" is not held by generation " INT64_FORMAT,
 						lease_name, generation),
 				 errdetail("The lease has never been acquired.")));
-	if (cur.lease.generation != generation ||
-		!hl_lease_is_held(&cur.lease, now))
-		hl_refusal_note(name, generation, &cur.lease, kind);
+	/*
+	 * A zombie write: by a term before the running one, or by the last
+	 * term after it ended.  (A generation above the lease's was never one
+	 * of its terms: refused, not counted.)
+	 */
+	if (generation < cur.lease.generation ||
+		(generation == cur.lease.generation &&
+		 !hl_lease_is_held(&cur.lease, now)))
+		note_refusal(name, generation, &cur.lease, kind);
 	if (cur.lease.generation != generation)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),

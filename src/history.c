@@ -34,6 +34,7 @@
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
@@ -135,6 +136,33 @@ fetch_term(HlRelation *rel, text *name, int64 generation, ItemPointer tid,
 	}
 	index_endscan(scan);
 	return found;
+}
+
+/*
+ * The role that began term "generation" of lease "name", as the history
+ * has it, in *roleid; false if the history has no such term (or its role
+ * is gone), or is locked by maintenance.  Never raises for either.
+ */
+bool
+hl_history_term_role(text *name, int64 generation, Oid *roleid)
+{
+	HlRelation	rel;
+	TupleTableSlot *slot;
+	ItemPointerData tid;
+	bool		found;
+
+	*roleid = InvalidOid;
+	if (!hl_open(HL_REL_HISTORY, AccessShareLock, false, &rel))
+		return false;
+	slot = table_slot_create(rel.heap, NULL);
+	found = fetch_term(&rel, name, generation, &tid, slot) &&
+		!slot->tts_isnull[Anum_history_role - 1];
+	if (found)
+		*roleid = get_role_oid(NameStr(*DatumGetName(slot->tts_values[Anum_history_role - 1])),
+							   true);
+	ExecDropSingleTupleTableSlot(slot);
+	hl_close(&rel, false);
+	return found && OidIsValid(*roleid);
 }
 
 /*

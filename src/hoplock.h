@@ -61,6 +61,10 @@ typedef struct Lease
 	text	   *step_down_to;	/* ... to whom; NULL: anyone */
 	int32		priority;		/* of the candidate the term was granted
 								 * to (hoplock_wait); 0: hoplock_acquire */
+	int32		handed_pid;		/* a handoff wrote the term for this
+								 * waiting session, which has not taken it
+								 * yet; 0: none */
+	TimestampTz handed_start;	/* ... that session's start */
 } Lease;
 
 /* Longest handle text, including the terminating NUL. */

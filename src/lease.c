@@ -273,8 +273,18 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 	bool		held = hl_lease_is_held(cur, now);
 	bool		mine = held && req->owner != NULL &&
 		hl_text_equal(cur->owner, req->owner);
-	bool		term_ok = mine && (req->generation == 0 ||
-								   req->generation == cur->generation);
+	bool		term_ok;
+
+	/*
+	 * A term handed to a candidate, not taken yet, is the candidate's
+	 * session's alone: no other session waiting, or acting, under the same
+	 * owner takes it.
+	 */
+	if (mine && cur->handed_pid != 0 &&
+		(cur->handed_pid != MyProcPid || cur->handed_start != MyStartTimestamp))
+		mine = false;
+	term_ok = mine && (req->generation == 0 ||
+					   req->generation == cur->generation);
 
 	switch (req->op)
 	{
@@ -323,7 +333,11 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 			return term_ok ? ACTION_PROCLAIM : ACTION_NONE;
 
 		case LEASE_OP_ABANDONED:
-			if (held && cur->generation == req->generation)
+			/* a handed term, not taken since, whose candidate waits no more */
+			if (held && cur->generation == req->generation &&
+				cur->handed_pid != 0 &&
+				!hl_candidate_waits(req->name, cur->handed_pid,
+									cur->handed_start))
 				return ACTION_END_TERM;
 			return ACTION_NONE;
 
@@ -482,6 +496,11 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			/* an acquire or wait by the holder may give a new value */
 			if (req->value != NULL)
 				new->value = req->value;
+			/* ... and a wait a higher priority */
+			new->priority = Max(cur->priority, req->priority);
+			/* a handed term extended by its owner is taken */
+			new->handed_pid = 0;
+			new->handed_start = 0;
 			break;
 
 		case ACTION_PROCLAIM:
@@ -538,6 +557,9 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				new->expires_at = add_ttl(begin, pick->ttl);
 				new->value = pick->value;
 				new->priority = pick->priority;
+				/* not taken until the candidate's wait extends it */
+				new->handed_pid = pick->pid;
+				new->handed_start = pick->session_start;
 				if (pick->session_bound)
 				{
 					new->session_pid = pick->pid;
@@ -557,6 +579,8 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->step_down_at = 0;
 			new->step_down_to = NULL;
 			new->priority = 0;
+			new->handed_pid = 0;
+			new->handed_start = 0;
 			break;
 
 		case ACTION_ANNOUNCE_EXPIRY:
@@ -568,6 +592,8 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			new->step_down_at = 0;
 			new->step_down_to = NULL;
 			new->priority = 0;
+			new->handed_pid = 0;
+			new->handed_start = 0;
 			break;
 
 		default:
@@ -602,6 +628,10 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			hl_count(HL_COUNT_RENEWALS);
 			if (hl_notify_renewals)
 				hl_event("renewed", written);
+			/* a new value given at acquire or wait is proclaimed */
+			if (req->value != NULL &&
+				(cur->value == NULL || !hl_text_equal(cur->value, req->value)))
+				hl_event("proclaimed", written);
 			/*
 			 * A later expiry the worker finds out by itself; an earlier one it
 			 * is told of, and the waiters, who sleep until the old one, are
@@ -643,6 +673,9 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 		case ACTION_HANDOFF:
 			announce_end(req, cur, now, false);
 			hl_candidate_handed(written->name, pick, written->generation);
+			/* should the candidate be gone by the commit, the worker ends it */
+			hl_post_handed_at_commit(written->name, written->generation,
+									 written->expires_at);
 			hl_event("acquired", written);
 			hl_history_begin(written);
 			hl_count(HL_COUNT_TERMS_BEGUN);
@@ -937,22 +970,6 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	/* the caller's rights first: no lock is taken on its behalf before */
 	check_action_privileges(req, action, curp, now);
 
-	/*
-	 * A term a committed handoff wrote for this waiting candidate is its
-	 * own already, as the candidate asked for it: take it as it is, without
-	 * writing it again (one write and one commit fewer on the way to the
-	 * new leader's first write).
-	 */
-	if (action == ACTION_EXTEND && req->op == LEASE_OP_ACQUIRE &&
-		hl_candidate_handed_to_me(req->name, curp->generation))
-	{
-		if (curp->session_pid == MyProcPid &&
-			curp->session_start == MyStartTimestamp)
-			hl_bound_add(req->name);
-		hl_version_release(&cur);
-		return LEASE_DONE;
-	}
-
 	if ((action == ACTION_NEW_TERM || action == ACTION_END_TERM ||
 		 action == ACTION_HANDOFF) && !st->term_locked)
 	{
@@ -962,7 +979,7 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 
 	/* the candidate the term goes to, now that no term change can race */
 	if (action == ACTION_HANDOFF &&
-		!hl_candidate_pick(req->name, req->to_owner, &pick))
+		!hl_candidate_pick(req->name, req->to_owner, curp->owner_roleid, &pick))
 	{
 		hl_version_release(&cur);
 		return LEASE_REFUSED;

@@ -73,6 +73,31 @@ hl_post_deadline_at_commit(text *name, TimestampTz expires_at)
 	pending = item;
 }
 
+/*
+ * Tell the worker, once this transaction commits, to end the term of
+ * "generation" of "name" it handed to a candidate, should the candidate
+ * not be waiting for it any more by then (lease.c checks, and that the
+ * term was not taken).  Queued with the deadlines, so "expires_at" is the
+ * term's.
+ */
+void
+hl_post_handed_at_commit(text *name, int64 generation, TimestampTz expires_at)
+{
+	PendingDeadline *item;
+
+	if (hl_shared == NULL)
+		return;
+	item = MemoryContextAllocZero(TopTransactionContext,
+								  sizeof(PendingDeadline));
+	item->msg.kind = HL_MSG_ABANDONED;
+	item->msg.session_start = generation;
+	item->msg.expires_at = expires_at;
+	fill_name(&item->msg, name);
+	item->nest_level = GetCurrentTransactionNestLevel();
+	item->next = pending;
+	pending = item;
+}
+
 /* Tell the worker that session (pid, start) ended with "name" bound to it. */
 void
 hl_post_session_end(text *name, int32 pid, TimestampTz start)

@@ -17,17 +17,22 @@
  *		The entries live in shared memory: HL_MAX_REFUSALS of them, for the
  *		whole server, under one LWLock that nothing else takes (a refusal
  *		is an error path; the calls that grant and renew terms never come
- *		here).  When they are all in use, the one refused least recently
- *		makes room: the counts are those of the terms refused most recently,
- *		since the server started or hoplock_stats_reset(), as PostgreSQL's
- *		statistics are.  The database's counters count every refusal.
+ *		here), at most ROLE_SHARE of them for the terms of one role in one
+ *		database.  When a role has its share, its term refused least
+ *		recently makes room; when all are in use, the term refused least
+ *		recently of all.  So the counts are those of the terms refused most
+ *		recently, since the server started or hoplock_stats_reset(), as
+ *		PostgreSQL's statistics are, and no role can push out more than a
+ *		share of another's.  The database's counters count every refusal.
  *
- *		Only refusals by a role with the privileges of the lease's term's
- *		role count: its own stale writes.  A write by another role, which
- *		could not have been the leader, is refused as ever but counts for
- *		nothing, so that no role can raise another's alert, nor fill the
- *		log with lines about another's leases.  Without shared memory
- *		(hoplock not in shared_preload_libraries) nothing is counted.
+ *		Only zombie writes count (fence.c judges): by a term the lease had,
+ *		and by a role with the privileges of that term's role -- its own
+ *		stale writes.  A write by another role, which could not have been
+ *		that leader, or of a generation the lease never had, is refused as
+ *		ever but counts for nothing, so that no role can raise another's
+ *		alert, nor fill the log with lines about another's leases.  Without
+ *		shared memory (hoplock not in shared_preload_libraries) nothing is
+ *		counted.
  *
  *		This file calls nothing of hoplock's but shared memory's counters.
  *
@@ -48,12 +53,15 @@
 
 /* Terms whose refusals are counted at once, across the server */
 #define HL_MAX_REFUSALS		1024
+/* ... of which the terms of one role in one database */
+#define ROLE_SHARE			64
 
 #define REFUSALS_TRANCHE	"hoplock refusals"
 
 typedef struct HlRefusal
 {
 	Oid			dboid;			/* InvalidOid: unused */
+	Oid			roleid;			/* the term's role */
 	int64		generation;
 	uint64		fences;
 	uint64		writes;
@@ -139,11 +147,13 @@ entry_is(const HlRefusal *e, Oid dboid, text *name, int64 generation)
  * is not counted at all (no shared memory).
  */
 static bool
-count_refusal(text *name, int64 generation, HlRefusalKind kind,
+count_refusal(text *name, int64 generation, Oid roleid, HlRefusalKind kind,
 			  bool *first)
 {
 	HlRefusal  *e = NULL;
 	HlRefusal  *oldest = NULL;
+	HlRefusal  *oldest_own = NULL;
+	int			own = 0;
 	TimestampTz now = GetCurrentTimestamp();
 
 	*first = false;
@@ -164,12 +174,20 @@ count_refusal(text *name, int64 generation, HlRefusalKind kind,
 			(OidIsValid(oldest->dboid) &&
 			 (!OidIsValid(c->dboid) || c->last_at < oldest->last_at)))
 			oldest = c;
+		/* ... of the role's share, if it has used it up */
+		if (c->dboid == MyDatabaseId && c->roleid == roleid)
+		{
+			own++;
+			if (oldest_own == NULL || c->last_at < oldest_own->last_at)
+				oldest_own = c;
+		}
 	}
 	if (e == NULL)
 	{
-		e = oldest;
+		e = (own >= ROLE_SHARE) ? oldest_own : oldest;
 		memset(e, 0, offsetof(HlRefusal, name));
 		e->dboid = MyDatabaseId;
+		e->roleid = roleid;
 		e->generation = generation;
 		e->first_at = now;
 		e->namelen = VARSIZE_ANY_EXHDR(name);
@@ -186,32 +204,33 @@ count_refusal(text *name, int64 generation, HlRefusalKind kind,
 }
 
 /*
- * A write of term "generation" of lease "name" is refused (the caller
- * raises its error next): "cur" is the lease's row (NULL: it has none).
- * Count it, and log the term's first.  Only when the caller's role has
- * the privileges of the term's role (see the header); never raises.
+ * A write of term "generation" of lease "name", begun by role
+ * "term_roleid", is refused (the caller raises its error next); the lease
+ * is at generation "current".  Count it, and log the term's first.  Only
+ * when the caller's role has the privileges of the term's role (see the
+ * header); never raises.
  */
 void
-hl_refusal_note(text *name, int64 generation, const Lease *cur,
-				HlRefusalKind kind)
+hl_refusal_note(text *name, int64 generation, Oid term_roleid,
+				int64 current, HlRefusalKind kind)
 {
 	bool		first;
 
-	if (cur == NULL || !OidIsValid(cur->owner_roleid) ||
-		!has_privs_of_role(GetUserId(), cur->owner_roleid))
+	if (!OidIsValid(term_roleid) ||
+		!has_privs_of_role(GetUserId(), term_roleid))
 		return;
 	hl_count(kind == HL_REFUSED_FENCE ? HL_COUNT_FENCES_REFUSED :
 			 HL_COUNT_WRITES_REFUSED);
-	if (!count_refusal(name, generation, kind, &first) || !first)
+	if (!count_refusal(name, generation, term_roleid, kind, &first) || !first)
 		return;
 
-	if (cur->generation != generation)
+	if (current != generation)
 		ereport(LOG,
 				(errmsg("hoplock: refused a %s of lease \"%s\" by generation " INT64_FORMAT,
 						kind == HL_REFUSED_FENCE ? "fence" : "fenced write",
 						text_to_cstring(name), generation),
 				 errdetail("The lease is at generation " INT64_FORMAT ". Later refusals of this generation are counted, not logged.",
-						   cur->generation)));
+						   current)));
 	else
 		ereport(LOG,
 				(errmsg("hoplock: refused a %s of lease \"%s\" by generation " INT64_FORMAT,

@@ -30,8 +30,8 @@ typedef struct HlRefusalRow
 	TimestampTz last_at;
 } HlRefusalRow;
 
-extern void hl_refusal_note(text *name, int64 generation, const Lease *cur,
-							HlRefusalKind kind);
+extern void hl_refusal_note(text *name, int64 generation, Oid term_roleid,
+							int64 current, HlRefusalKind kind);
 extern int	hl_refusals_list(HlRefusalRow **rows);
 extern void hl_refusals_reset(void);
 extern void hl_refusals_init(void);

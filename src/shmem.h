@@ -290,6 +290,8 @@ extern bool hl_session_alive(int32 pid, TimestampTz start);
 extern void hl_post_deadline_at_commit(text *name, TimestampTz expires_at);
 extern void hl_post_session_end(text *name, int32 pid, TimestampTz start);
 extern void hl_post_abandoned(text *name, int64 generation);
+extern void hl_post_handed_at_commit(text *name, int64 generation,
+									 TimestampTz expires_at);
 extern void hl_post_preempt(text *name);
 extern void hl_mailbox_init(void);
 

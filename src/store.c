@@ -63,7 +63,9 @@ enum
 	Anum_lease_step_down_at,
 	Anum_lease_step_down_to,
 	Anum_lease_priority,
-	Natts_lease = Anum_lease_priority
+	Anum_lease_handed_pid,
+	Anum_lease_handed_start,
+	Natts_lease = Anum_lease_handed_start
 };
 
 static Datum
@@ -118,6 +120,17 @@ lease_from_slot(TupleTableSlot *slot, Lease *lease)
 		(text *) PG_DETOAST_DATUM_COPY(slot->tts_values[Anum_lease_step_down_to - 1]);
 	lease->priority = slot->tts_isnull[Anum_lease_priority - 1] ? 0 :
 		DatumGetInt32(slot->tts_values[Anum_lease_priority - 1]);
+	if (slot->tts_isnull[Anum_lease_handed_pid - 1] ||
+		slot->tts_isnull[Anum_lease_handed_start - 1])
+	{
+		lease->handed_pid = 0;
+		lease->handed_start = 0;
+	}
+	else
+	{
+		lease->handed_pid = DatumGetInt32(slot->tts_values[Anum_lease_handed_pid - 1]);
+		lease->handed_start = DatumGetTimestampTz(slot->tts_values[Anum_lease_handed_start - 1]);
+	}
 
 	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
 	lease->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
@@ -295,6 +308,10 @@ form_tuple(HlRelation *rel, const Lease *lease)
 	values[Anum_lease_step_down_to - 1] = PointerGetDatum(lease->step_down_to);
 	nulls[Anum_lease_step_down_to - 1] = (lease->step_down_to == NULL);
 	values[Anum_lease_priority - 1] = Int32GetDatum(lease->priority);
+	values[Anum_lease_handed_pid - 1] = Int32GetDatum(lease->handed_pid);
+	values[Anum_lease_handed_start - 1] = TimestampTzGetDatum(lease->handed_start);
+	nulls[Anum_lease_handed_pid - 1] = (lease->handed_pid == 0);
+	nulls[Anum_lease_handed_start - 1] = (lease->handed_pid == 0);
 
 	return heap_form_tuple(RelationGetDescr(rel->heap), values, nulls);
 }

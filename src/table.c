@@ -95,6 +95,8 @@ static const ColumnSpec lease_columns[] = {
 	{"step_down_at", TIMESTAMPTZOID, false},
 	{"step_down_to", TEXTOID, false},
 	{"priority", INT4OID, false},
+	{"handed_pid", INT4OID, false},
+	{"handed_start", TIMESTAMPTZOID, false},
 };
 
 static const ColumnSpec history_columns[] = {

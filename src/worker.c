@@ -59,6 +59,7 @@
  */
 #include "postgres.h"
 
+#include "candidates.h"
 #include "compat.h"
 #include "delivery.h"
 #include "floor.h"
@@ -281,6 +282,19 @@ scan_row(const Lease *lease, void *arg)
 		remember_session_end(VARDATA_ANY(lease->name),
 							 VARSIZE_ANY_EXHDR(lease->name),
 							 lease->session_pid, lease->session_start);
+
+	/*
+	 * A term handed to a candidate that is not waiting for it any more, and
+	 * has not taken it: its message was lost (a restart, a full mailbox),
+	 * or it took the term in a transaction that is still open (the end
+	 * then finds the term taken, or waits for that transaction).
+	 */
+	if (lease->handed_pid != 0 &&
+		!hl_candidate_waits(lease->name, lease->handed_pid,
+							lease->handed_start))
+		remember_session_end(VARDATA_ANY(lease->name),
+							 VARSIZE_ANY_EXHDR(lease->name),
+							 ENDS_ABANDONED, lease->generation);
 
 	/* the schedule keeps the earliest, whatever order the rows come in */
 	hl_schedule_add(schedule, VARDATA_ANY(lease->name),

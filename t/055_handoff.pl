@@ -18,7 +18,9 @@ $node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION hoplock;
 	CREATE ROLE intruder LOGIN;
-	CREATE ROLE cand LOGIN;
+	-- the service's role, and a member of it: a term is handed within its role
+	CREATE ROLE app LOGIN;
+	CREATE ROLE cand LOGIN IN ROLE app;
 	CREATE TABLE work (generation bigint);
 	CREATE TRIGGER work_fenced BEFORE INSERT ON work
 	    FOR EACH ROW EXECUTE FUNCTION hoplock_fenced('h', 'generation');
@@ -56,7 +58,7 @@ sub finish
 }
 
 my $g1 = $node->safe_psql('postgres',
-	q{SELECT generation FROM hoplock_acquire('h', 'old', '1 h')});
+	q{SET ROLE app; SELECT generation FROM hoplock_acquire('h', 'old', '1 h')});
 
 # --- no candidate: NULL, and the term goes on -------------------------------
 is($node->safe_psql('postgres', "SELECT hoplock_handoff('h', 'old', $g1) IS NULL"),
@@ -65,7 +67,7 @@ is($node->safe_psql('postgres', q{SELECT owner || ' ' || generation FROM hoplock
 	"old $g1", '... and the term goes on');
 
 # --- to the first candidate --------------------------------------------------
-my $c1 = start_candidate('c1', '30 s', 'false');
+my $c1 = start_candidate('c1', '30 s', 'false', 'app');
 my $c2 = start_candidate('c2', '1 h', 'true', 'cand');
 is($node->safe_psql('postgres', "SELECT hoplock_handoff('h', 'old', $g1, 'nobody') IS NULL"),
 	't', 'to an owner that does not wait: NULL');
@@ -82,8 +84,10 @@ my $handed_handle = (split ' ', $new)[3];
 $new =~ s/ \S+$//;
 is($new, 'c1 true 00:00:30', 'handed to the first candidate: a new generation, the candidate\'s ttl');
 my $got1 = finish($c1);
-is($node->safe_psql('postgres', q{SELECT handle FROM hoplock_holder('h')}), $handed_handle,
-	'the candidate takes the term as it was handed, without writing it again (the same handle)');
+isnt($node->safe_psql('postgres', q{SELECT handle FROM hoplock_holder('h')}), $handed_handle,
+	'the candidate\'s wait takes the term: a write of its own (a new handle)');
+is($node->safe_psql('postgres', q{SELECT handed_pid IS NULL FROM hoplock_internal.lease WHERE name = 'h'}), 't',
+	'... and the row names no candidate any more (taken)');
 my ($o1, $g2) = split ' ', $got1;
 is($o1, 'c1', 'the candidate\'s hoplock_wait returns the term');
 is($node->safe_psql('postgres', q{SELECT owner || ' ' || generation FROM hoplock_holder('h')}),

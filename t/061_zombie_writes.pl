@@ -106,24 +106,36 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM hoplock_internal.refusals
 is($node->safe_psql('postgres', q{SELECT string_agg(note, ',' ORDER BY note) FROM work}),
 	'leader,new leader', 'no refused row was written');
 
-# the most recent 1,024 terms are kept: older ones make room
-$node->safe_psql('postgres', qq{
-	SET ROLE app;
-	DO \$\$
+# a generation the lease never had is refused, and is no zombie write
+($ret, $out, $err) = sql('app', "SELECT hoplock_fence('z', $g1 - 1)");
+like($err, qr/not $g1 - 1|at generation/, 'a fence of a generation the lease never had is refused');
+is($node->safe_psql('postgres', q{SELECT fences_refused FROM hoplock_stats WHERE datname = current_database()}),
+	'2', '... and not counted');
+
+# the terms of one role take 64 entries at most: its older ones make room,
+# not another role's
+$node->safe_psql('postgres', q{
+	CREATE ROLE flood LOGIN;
+	SET ROLE flood;
+	DO $$
+	DECLARE
+		g bigint;
 	BEGIN
-		FOR i IN 1..1024 LOOP
+		FOR i IN 1..70 LOOP
+			g := (hoplock_acquire('e', 'f', '1 h')).generation;
+			PERFORM hoplock_release('e', 'f');
 			BEGIN
-				PERFORM hoplock_fence('z', $g1 - i);
+				PERFORM hoplock_fence('e', g);
 			EXCEPTION WHEN lock_not_available THEN NULL;
 			END;
 		END LOOP;
-	END \$\$});
-is($node->safe_psql('postgres', q{SELECT count(*) FROM hoplock_internal.refusals()}),
-	'1024', 'at most 1,024 terms are counted');
-is($node->safe_psql('postgres', qq{SELECT count(*) FROM hoplock_internal.refusals() WHERE generation IN ($g1, $g2)}),
-	'0', 'the least recently refused made room');
+	END $$});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM hoplock_internal.refusals() WHERE name = 'e'}),
+	'64', "one role's terms: 64 entries at most");
+is($node->safe_psql('postgres', qq{SELECT count(*) FROM hoplock_internal.refusals() WHERE name = 'z'}),
+	'2', "another role's terms keep theirs");
 is($node->safe_psql('postgres', q{SELECT fences_refused || ',' || writes_refused FROM hoplock_stats WHERE datname = current_database()}),
-	'1026,4', 'the database counts every refusal');
+	'72,4', 'the database counts every refusal');
 
 # hoplock_stats_reset() forgets them
 $node->safe_psql('postgres', 'SELECT hoplock_stats_reset()');

@@ -1,10 +1,11 @@
-# Review findings (failing now, marked TODO): a term hoplock_handoff wrote
-# for a candidate that never took it outlives the wait it was written for
-# when the worker's memory of it is lost (the worker restarted, the server
-# restarted), or when the candidate's own transaction rolled back after its
-# hoplock_wait returned the term; the priority of a term its holder renews
-# through hoplock_wait; refusals counted for generations that were never
-# terms of the lease.
+# A term hoplock_handoff wrote for a candidate that never took it does not
+# outlive the wait it was written for, even when the worker's memory of it
+# is lost (the worker restarted, the server restarted: the row names the
+# candidate until it takes the term), nor when the candidate's own
+# transaction rolls back after its hoplock_wait returned the term.  And two
+# more findings of a review: the priority of a term its holder extends
+# through hoplock_wait, and refusals of generations that were never terms
+# of the lease (not zombie writes).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -12,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('review_handed');
+my $node = PostgreSQL::Test::Cluster->new('handed_terms');
 $node->init;
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'hoplock'");
 $node->start;
@@ -58,11 +59,7 @@ like(${ $c->{out} }, qr/timeout/, 'the candidate gave up before the handoff comm
 $node->poll_query_until('postgres',
 	q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'hoplock worker'});
 sleep 3;
-TODO:
-{
-	local $TODO = 'fails now: the abandonment lives only in the worker memory';
-	is(holder('w'), 'free', 'worker restarted: the handed term nobody took is ended');
-}
+is(holder('w'), 'free', 'worker restarted: the handed term nobody took is ended');
 
 # --- 2. a fast restart while the worker still has to end it ----------------
 $node->safe_psql('postgres', q{SELECT hoplock_acquire('f', 'A', '1 h')});
@@ -77,11 +74,7 @@ is(holder('f'), 'C', 'the handed term is there, not ended yet (row locked)');
 $node->restart('fast');
 $l->{h}->finish;
 sleep 3;
-TODO:
-{
-	local $TODO = 'fails now: lost at a restart, the term lives for its ttl';
-	is(holder('f'), 'free', 'after a fast restart the handed term nobody took is ended');
-}
+is(holder('f'), 'free', 'after a fast restart the handed term nobody took is ended');
 
 # --- 3. the candidate's transaction rolls back after its wait took it ---------
 $node->safe_psql('postgres', q{SELECT hoplock_acquire('r', 'A', '1 h')});
@@ -93,36 +86,24 @@ $node->safe_psql('postgres',
 $c->{h}->finish;
 like(${ $c->{out} }, qr/^C$/m, 'the candidate got the handed term, then rolled back');
 sleep 2;
-TODO:
-{
-	local $TODO = 'fails now: a rolled-back take leaves the handed term for its ttl';
-	is(holder('r'), 'free', 'a handed term whose taking rolled back is ended');
-}
+is(holder('r'), 'free', 'a handed term whose taking rolled back is ended');
 
 # --- 4. priority of a term its holder renews through hoplock_wait ------------
 $node->safe_psql('postgres', q{SELECT hoplock_acquire('p', 'A', '1 h')});
 $node->safe_psql('postgres', q{SELECT hoplock_wait('p', 'A', '1 h', '1 s', priority => 10)});
-TODO:
-{
-	local $TODO = 'fails now: the extension keeps priority 0 (value is taken, priority not)';
-	is($node->safe_psql('postgres', q{SELECT priority FROM hoplock_leases WHERE name = 'p'}),
-		'10', 'the holder waiting at priority 10 holds a term of priority 10');
-	my $b = bg(q{SELECT coalesce(owner, 'timeout') FROM hoplock_wait('p', 'B', '1 h', '2 s', priority => 5, preempt => true)});
-	$b->{h}->finish;
-	is($node->safe_psql('postgres', q{SELECT step_down_at IS NULL FROM hoplock_leases WHERE name = 'p'}),
-		't', 'a candidate of priority 5 does not ask it to step down');
-}
+is($node->safe_psql('postgres', q{SELECT priority FROM hoplock_leases WHERE name = 'p'}),
+	'10', 'the holder waiting at priority 10 holds a term of priority 10');
+my $b = bg(q{SELECT coalesce(owner, 'timeout') FROM hoplock_wait('p', 'B', '1 h', '2 s', priority => 5, preempt => true)});
+$b->{h}->finish;
+is($node->safe_psql('postgres', q{SELECT step_down_at IS NULL FROM hoplock_leases WHERE name = 'p'}),
+	't', 'a candidate of priority 5 does not ask it to step down');
 
 # --- 5. refusals for generations that were never terms of the lease ---------
 my $g = $node->safe_psql('postgres',
 	q{SELECT generation FROM hoplock_acquire('z', 'A', '1 h')});
 $node->psql('postgres', "SELECT hoplock_fence('z', $g + $_)") for 1 .. 3;
-TODO:
-{
-	local $TODO = 'fails now: any bigint is counted (and logged) as a zombie term';
-	is($node->safe_psql('postgres', q{SELECT refused_writes FROM hoplock_leases WHERE name = 'z'}),
-		'0', 'fences by generations above the running one are no zombie writes');
-}
+is($node->safe_psql('postgres', q{SELECT refused_writes FROM hoplock_leases WHERE name = 'z'}),
+	'0', 'fences by generations above the running one are no zombie writes');
 
 $node->stop;
 done_testing();
