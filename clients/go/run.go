@@ -50,7 +50,10 @@ type Event struct {
 // fresh context bounded by ReleaseTimeout), reports the last term lost
 // with ctx.Err(), and then closes the channel. A renewal that reports a
 // step-down request ends the term at once: Run reports EventLost with
-// ErrStepDown, hands the term over the same way, and campaigns again.
+// ErrStepDown, hands the term over by Lead's rule -- to the candidate of
+// the owner the request named (Lease.StepDownTo), if it names one and
+// that owner waits; else to the first waiting candidate; if none waits,
+// it releases -- and campaigns again.
 //
 // Events are delivered in order without ever holding up the renewals: a
 // receiver that falls behind gets consecutive EventRenewed of one term

@@ -268,3 +268,135 @@ func TestHandoffUnsupported(t *testing.T) {
 	close(b.stop)
 	<-b.done
 }
+
+// A step-down request that names a candidate hands the term to that
+// candidate, not to the first in order (under Run); one that names an
+// owner who does not wait hands it to the first candidate (under Lead).
+func TestStepDownToNamedCandidate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := leaseName(t)
+	ea, eb, ec := candidate(t, name, "A", 0), candidate(t, name, "B", 0), candidate(t, name, "C", 0)
+	for _, e := range []*hoplock.Elector{ea, eb, ec} {
+		e.TTL = 900 * time.Millisecond
+	}
+
+	// Run leads as C; B, then A wait: asked to step down to A, C hands
+	// the term to A, though B waits longer
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	events := ec.Run(rctx)
+	var (
+		a, b *leader
+		gen  int64
+		sa   startInfo
+	)
+	for gen == 0 || a == nil {
+		ev := <-events
+		switch {
+		case ev.Kind == hoplock.EventAcquired && gen == 0:
+			gen = ev.Lease.Generation
+			b = campaign(ctx, eb, nil)
+			eventually(t, 5*time.Second, "B waits", func() bool { return isCandidate(t, name, "B") })
+			a = campaign(ctx, ea, nil)
+			eventually(t, 5*time.Second, "A waits", func() bool { return isCandidate(t, name, "A") })
+			adminExec(t, q("SELECT %s.hoplock_request_step_down($1, 'A')"), name)
+		case ev.Kind == hoplock.EventLost:
+			t.Fatalf("Run lost its term before it was asked to step down: %v", ev.Err)
+		}
+	}
+	for ev := range events {
+		if ev.Kind != hoplock.EventLost {
+			continue
+		}
+		if !errors.Is(ev.Err, hoplock.ErrStepDown) || ev.Lease.Generation != gen {
+			t.Errorf("Run lost generation %d for %v, want %d for ErrStepDown", ev.Lease.Generation, ev.Err, gen)
+		}
+		break
+	}
+	sa = a.waitStarted(t, 3*time.Second)
+	if sa.lease.Owner != "A" || sa.lease.Generation <= gen {
+		t.Errorf("A's lease %+v after generation %d", sa.lease, gen)
+	}
+	if _, how := termEnd(t, name, gen); how != "handed off" {
+		t.Errorf("Run's term ended by %q, want handed off", how)
+	}
+	b.notStarted(t, 50*time.Millisecond)
+
+	// Lead leads as A; B, then C (Run again) wait: asked to step down
+	// to Z, who does not wait, A hands the term to the first, B
+	eventually(t, 5*time.Second, "C waits", func() bool { return isCandidate(t, name, "C") })
+	adminExec(t, q("SELECT %s.hoplock_request_step_down($1, 'Z')"), name)
+	if la := a.waitLost(t, 2*time.Second); !errors.Is(la.cause, hoplock.ErrStepDown) {
+		t.Errorf("A's context ended for %v, want ErrStepDown", la.cause)
+	}
+	sb := b.waitStarted(t, 2*time.Second)
+	<-a.done
+	if sb.lease.Owner != "B" || sb.lease.Generation <= sa.lease.Generation {
+		t.Errorf("B's lease %+v after generation %d", sb.lease, sa.lease.Generation)
+	}
+	if _, how := termEnd(t, name, sa.lease.Generation); how != "handed off" {
+		t.Errorf("A's term ended by %q, want handed off", how)
+	}
+	stopRun()
+	for ev := range events {
+		if ev.Kind == hoplock.EventAcquired {
+			t.Errorf("Run acquired generation %d", ev.Lease.Generation)
+		}
+	}
+	close(b.stop)
+	<-b.done
+}
+
+// A candidate that waits with a priority above the running term's and
+// preempt => true (a plain connection calling hoplock_wait) asks the
+// Elector leading to step down to it; the Elector hands it the term, not
+// to B, who waits longer at the same priority without preempting.
+func TestPreemptingCandidateTakesOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := leaseName(t)
+	ea, eb := candidate(t, name, "A", 0), candidate(t, name, "B", 5)
+	ea.TTL = 900 * time.Millisecond
+	a := campaign(ctx, ea, nil)
+	sa := a.waitStarted(t, 5*time.Second)
+	b := campaign(ctx, eb, nil)
+	eventually(t, 5*time.Second, "B waits", func() bool { return isCandidate(t, name, "B") })
+
+	type waited struct {
+		owner string
+		gen   int64
+		err   error
+	}
+	got := make(chan waited, 1)
+	pdb := openNode(t, "hoplock-test-preempt").db
+	go func() {
+		var w waited
+		w.err = pdb.QueryRowContext(ctx, q(`SELECT l.owner, l.generation
+			FROM %s.hoplock_wait($1::text, 'P', '10 s', '20 s', false, 5, 'addr-P', preempt => true) AS l`),
+			name).Scan(&w.owner, &w.gen)
+		got <- w
+	}()
+	la := a.waitLost(t, 5*time.Second)
+	if !errors.Is(la.cause, hoplock.ErrStepDown) {
+		t.Errorf("A's context ended for %v, want ErrStepDown", la.cause)
+	}
+	<-a.done
+	var w waited
+	select {
+	case w = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("P's hoplock_wait did not return")
+	}
+	if w.err != nil || w.owner != "P" || w.gen <= sa.lease.Generation {
+		t.Fatalf("P's wait: %+v after generation %d", w, sa.lease.Generation)
+	}
+	if _, how := termEnd(t, name, sa.lease.Generation); how != "handed off" {
+		t.Errorf("A's term ended by %q, want handed off", how)
+	}
+	b.notStarted(t, 100*time.Millisecond)
+	adminExec(t, q("SELECT %s.hoplock_release($1, 'P', $2::bigint)"), name, w.gen)
+	b.waitStarted(t, 2*time.Second)
+	close(b.stop)
+	<-b.done
+}
