@@ -259,28 +259,35 @@ func (e *Elector) Leader(ctx context.Context) (State, string, error) {
 	if e.Backend == nil {
 		return State{}, "", errors.New("hoplock: Elector.Backend is nil")
 	}
-	if h, ok := e.Backend.(HolderReader); ok {
-		l, err := h.Holder(ctx)
-		switch {
-		case err != nil:
-			return State{}, "", err
-		case l == nil:
-			return State{}, "", ErrNoLease
-		}
-		return l.State, l.Value, nil
-	}
-	st, _, err := e.Backend.Read(ctx)
-	if err != nil && !errors.Is(err, ErrNoLease) {
-		return State{}, "", err
-	}
+	h, _ := e.Backend.(HolderReader)
 	now := time.Now
 	if e.Now != nil {
 		now = e.Now
 	}
-	if st == nil || st.expiredAt(now()) {
+	l, err := currentHolder(ctx, e.Backend, h, now)
+	switch {
+	case err != nil:
+		return State{}, "", err
+	case l == nil:
 		return State{}, "", ErrNoLease
 	}
-	return *st, "", nil
+	return l.State, l.Value, nil
+}
+
+// currentHolder returns the running term, or nil if nobody leads: from h
+// if not nil, else the state b stores unless it has expired by now.
+func currentHolder(ctx context.Context, b Backend, h HolderReader, now func() time.Time) (*Lease, error) {
+	if h != nil {
+		return h.Holder(ctx)
+	}
+	st, handle, err := b.Read(ctx)
+	if err != nil && !errors.Is(err, ErrNoLease) {
+		return nil, err
+	}
+	if st == nil || st.expiredAt(now()) {
+		return nil, nil
+	}
+	return &Lease{Handle: handle, State: *st}, nil
 }
 
 // end ends term t once it has stopped: it hands the term over if graceful

@@ -400,3 +400,106 @@ func TestPreemptingCandidateTakesOver(t *testing.T) {
 	close(b.stop)
 	<-b.done
 }
+
+// runStream is a Run's events, renewals left out.
+type runStream struct {
+	owner  string
+	events <-chan hoplock.Event
+}
+
+func (s runStream) expect(t *testing.T, kind hoplock.EventKind, owner string) hoplock.Event {
+	t.Helper()
+	for {
+		select {
+		case ev, ok := <-s.events:
+			if !ok {
+				t.Fatalf("%s: Run's channel closed, waiting for %v", s.owner, kind)
+			}
+			if ev.Kind == hoplock.EventRenewed {
+				continue
+			}
+			if ev.Kind != kind || ev.Lease.Owner != owner {
+				t.Fatalf("%s: %v %s/%d (%v), want %v of %s", s.owner, ev.Kind, ev.Lease.Owner, ev.Lease.Generation, ev.Err, kind, owner)
+			}
+			return ev
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no %v within 5s", s.owner, kind)
+		}
+	}
+}
+
+// rest returns the events left, once the channel closes.
+func (s runStream) rest(t *testing.T) []hoplock.Event {
+	t.Helper()
+	var evs []hoplock.Event
+	limit := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-s.events:
+			if !ok {
+				return evs
+			}
+			evs = append(evs, ev)
+		case <-limit:
+			t.Fatalf("%s: Run's channel still open 10s after its context ended", s.owner)
+		}
+	}
+}
+
+// Two Electors under Run: the follower hears of the leader's term, with
+// its value, as EventLeader; when the leader hands the term over, it hears
+// of the new term the same way, following now, and the new leader gets
+// EventAcquired for it, never EventLeader.
+func TestRunReportsLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := leaseName(t)
+	ea, eb := candidate(t, name, "A", 0), candidate(t, name, "B", 0)
+	actx, stopA := context.WithCancel(ctx)
+	defer stopA()
+	bctx, stopB := context.WithCancel(ctx)
+	defer stopB()
+	a := runStream{"A", ea.Run(actx)}
+	acqA := a.expect(t, hoplock.EventAcquired, "A")
+	b := runStream{"B", eb.Run(bctx)}
+	la := b.expect(t, hoplock.EventLeader, "A")
+	if la.Lease.Generation != acqA.Lease.Generation || la.Lease.Value != "addr-A" || la.Lease.ExpiresAt.IsZero() {
+		t.Errorf("B heard of %+v, want A's term %d with addr-A", la.Lease, acqA.Lease.Generation)
+	}
+	eventually(t, 5*time.Second, "B waits", func() bool { return isCandidate(t, name, "B") })
+
+	t0 := time.Now()
+	if err := ea.Handoff(ctx, "B"); err != nil {
+		t.Fatalf("Handoff: %v", err)
+	}
+	if lost := a.expect(t, hoplock.EventLost, "A"); !errors.Is(lost.Err, hoplock.ErrHandedOff) {
+		t.Errorf("A lost its term for %v, want ErrHandedOff", lost.Err)
+	}
+	lb := a.expect(t, hoplock.EventLeader, "B")
+	heard := time.Since(t0)
+	acqB := b.expect(t, hoplock.EventAcquired, "B")
+	if lb.Lease.Generation != acqB.Lease.Generation || lb.Lease.Generation <= acqA.Lease.Generation || lb.Lease.Value != "addr-B" {
+		t.Errorf("A heard of %+v; B acquired %d after %d", lb.Lease, acqB.Lease.Generation, acqA.Lease.Generation)
+	}
+	if o, g, _ := holder(t, name); o != "B" || g != acqB.Lease.Generation {
+		t.Errorf("the holder is %s/%d", o, g)
+	}
+	fmt.Printf("measure: Elector.Handoff called -> the old leader's Run reports EventLeader of the new term: %v\n", heard.Round(10*time.Microsecond))
+
+	stopA()
+	for _, ev := range a.rest(t) {
+		if ev.Kind != hoplock.EventRenewed {
+			t.Errorf("A, following, after its context ended: %v %s/%d", ev.Kind, ev.Lease.Owner, ev.Lease.Generation)
+		}
+	}
+	stopB()
+	evs := b.rest(t)
+	if n := len(evs); n == 0 || evs[n-1].Kind != hoplock.EventLost || !errors.Is(evs[n-1].Err, context.Canceled) {
+		t.Errorf("B's last events %v", evs)
+	}
+	for _, ev := range evs {
+		if ev.Kind == hoplock.EventLeader || ev.Kind == hoplock.EventAcquired {
+			t.Errorf("B after its own term: %v %s/%d", ev.Kind, ev.Lease.Owner, ev.Lease.Generation)
+		}
+	}
+}
