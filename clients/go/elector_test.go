@@ -752,9 +752,10 @@ func (s *staleReads) Holder(ctx context.Context) (*hoplock.Lease, error) {
 
 // Two Electors under Run, their terms forced out over and over, with
 // terms of a third owner in between, reading who leads late (staleReads):
-// in each one's events the generations of EventAcquired and EventLeader
-// rise strictly, no EventLeader names its own owner or comes while its
-// own term runs, and none comes after the channel's last EventLost.
+// in each one's events the generations of EventLeader rise strictly, each
+// above every EventAcquired before it, no EventLeader names its own owner
+// or comes while its own term runs, and none comes after the channel's
+// last EventLost.
 func TestRunLeaderEventsInOrder(t *testing.T) {
 	modes(t, func(t *testing.T, wrap func(hoplock.Backend) hoplock.Backend) {
 		m := memory.New()
@@ -799,14 +800,21 @@ func TestRunLeaderEventsInOrder(t *testing.T) {
 		leaders := 0
 		for i := 0; i < 2; i++ {
 			r := <-results
-			var last int64
+			var acquired, last int64 // the last acquired, the last acquired or led
 			leading := false
 			for j, ev := range r.events {
+				switch {
+				case ev.Kind == hoplock.EventLeader && ev.Lease.Generation <= last,
+					ev.Kind == hoplock.EventAcquired && ev.Lease.Generation <= acquired:
+					t.Errorf("%s: event %d, %v of generation %d after %d (acquired %d)", r.owner, j, ev.Kind, ev.Lease.Generation, last, acquired)
+				}
 				switch ev.Kind {
-				case hoplock.EventAcquired, hoplock.EventLeader:
-					if ev.Lease.Generation <= last {
-						t.Errorf("%s: event %d, %v of generation %d after %d", r.owner, j, ev.Kind, ev.Lease.Generation, last)
+				case hoplock.EventAcquired:
+					acquired = ev.Lease.Generation
+					if acquired > last {
+						last = acquired
 					}
+				case hoplock.EventLeader:
 					last = ev.Lease.Generation
 				}
 				switch ev.Kind {

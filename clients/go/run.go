@@ -80,9 +80,12 @@ type Event struct {
 // proclaimed later in the same term is not: read it with Leader), never
 // for this Elector's own Owner, never between this Elector's
 // EventAcquired and the EventLost of that term, never after the last
-// EventLost, and never for a term older than one already reported: the
-// generations of the EventAcquired and EventLeader events rise strictly.
-// A read that fails is tried again (backing off as renewals do); a term
+// EventLost, and never for a term older than one already reported, even
+// when a read comes back late: the generations of the EventLeader events
+// rise strictly, each above that of every EventAcquired before it. (An
+// EventAcquired is never held back: a term of its own that began, and
+// was taken over, while a read was found and reported, is reported after
+// it.) A read that fails is tried again (backing off as renewals do); a term
 // that begins and ends between two reads goes unreported.
 //
 // An event reaches the receiver some time after the fact. Code that must

@@ -49,7 +49,7 @@ func TestEventQueueOrdersLeaders(t *testing.T) {
 	offer(6, true)
 	offer(6, false)
 	offer(8, true)
-	push(EventAcquired, 7) // not possible with a real backend: reported all the same
+	push(EventAcquired, 7) // a term of its own, taken over by 8 before it was reported
 	push(EventLost, 7)
 	offer(7, false)
 	offer(9, true)
