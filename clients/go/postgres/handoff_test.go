@@ -503,3 +503,57 @@ func TestRunReportsLeader(t *testing.T) {
 		}
 	}
 }
+
+// The renewals read step_down_to only when they report a step-down: none
+// of a term's ordinary renewals does, the one that reports the request
+// does, once.
+func TestStepDownToReadOnlyOnStepDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := leaseName(t)
+	b := postgres.New(openNode(t, "hoplock-test-stepdownto").db, name, postgres.Options{Schema: testSchema()})
+	type read struct {
+		gen int64
+		to  string
+		err error
+	}
+	reads := make(chan read, 10)
+	postgres.SetStepDownHook(b, func(gen int64, to string, err error) { reads <- read{gen, to, err} })
+	ea := elector(b, "A", 300*time.Millisecond)
+	eb := candidate(t, name, "B", 0)
+	a := campaign(ctx, ea, nil)
+	sa := a.waitStarted(t, 5*time.Second)
+	bl := campaign(ctx, eb, nil)
+	eventually(t, 5*time.Second, "B waits", func() bool { return isCandidate(t, name, "B") })
+	time.Sleep(time.Second) // about ten renewals, every 100 ms
+	var renewed time.Time
+	err := adminDB(t).QueryRowContext(ctx, q(`SELECT renewed_at FROM %s.hoplock_leases WHERE name = $1`), name).Scan(&renewed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if renewed.Sub(sa.lease.AcquiredAt) < 700*time.Millisecond {
+		t.Fatalf("A's term last renewed %v after it began", renewed.Sub(sa.lease.AcquiredAt))
+	}
+	select {
+	case r := <-reads:
+		t.Fatalf("step_down_to read after an ordinary renewal: %+v", r)
+	default:
+	}
+	adminExec(t, q("SELECT %s.hoplock_request_step_down($1, 'B')"), name)
+	a.waitLost(t, 2*time.Second)
+	bl.waitStarted(t, 2*time.Second)
+	<-a.done
+	select {
+	case r := <-reads:
+		if r.gen != sa.lease.Generation || r.to != "B" || r.err != nil {
+			t.Errorf("step_down_to read %+v, want B for generation %d", r, sa.lease.Generation)
+		}
+	default:
+		t.Fatal("no read of step_down_to after the step-down request")
+	}
+	if n := len(reads); n != 0 {
+		t.Errorf("%d more reads of step_down_to", n)
+	}
+	close(bl.stop)
+	<-bl.done
+}

@@ -140,6 +140,10 @@ type Backend struct {
 	// watchHook, if set (by the tests), is told of each step of
 	// following the events (see followWatch).
 	watchHook func(step string, n int64)
+
+	// stepDownHook, if set (by the tests), is told of each read of
+	// step_down_to, with the generation and what it read.
+	stepDownHook func(generation int64, to string, err error)
 }
 
 var (
@@ -429,6 +433,9 @@ func (b *Backend) Renew(ctx context.Context, owner string, ttl time.Duration, ge
 	if l.StepDown {
 		var to sql.NullString
 		err := b.db.QueryRowContext(ctx, b.q12.stepDownTo, b.name, generation).Scan(&to)
+		if b.stepDownHook != nil {
+			b.stepDownHook(generation, to.String, err)
+		}
 		switch {
 		case err == nil, errors.Is(err, sql.ErrNoRows):
 			// no row: the term ended meanwhile; the handoff will
