@@ -83,10 +83,11 @@ type Event struct {
 // EventLost, and never for a term older than one already reported, even
 // when a read comes back late: the generations of the EventLeader events
 // rise strictly, each above that of every EventAcquired before it. (An
-// EventAcquired is never held back: a term of its own that began, and
-// was taken over, while a read was found and reported, is reported after
-// it.) A read that fails is tried again (backing off as renewals do); a term
-// that begins and ends between two reads goes unreported.
+// EventAcquired is never held back: should a term of its own begin and be
+// taken over while a read finds the next term and reports it, the
+// EventAcquired comes after that EventLeader.) Each read is bounded by
+// Renew; one that fails is tried again, backing off as renewals do. A
+// term that begins and ends between two reads goes unreported.
 //
 // An event reaches the receiver some time after the fact. Code that must
 // not act as leader after the term is lost should run under Lead, whose
@@ -193,8 +194,9 @@ func fanOut(in <-chan struct{}) (<-chan struct{}, <-chan struct{}) {
 
 // followLeaders reports, as EventLeader, each new term of another owner
 // it reads while this Elector does not lead: at once, then at each signal
-// of wake or kick, and with no Watcher (wake nil) every Poll; a failed
-// read is retried with backoff. It returns when ctx ends.
+// of wake or kick, and with no Watcher every Poll; each read is bounded by
+// Renew, and a failed one is retried with backoff. It returns when ctx
+// ends.
 func (c *elector) followLeaders(ctx context.Context, q *eventQueue, wake, kick <-chan struct{}) {
 	var tick <-chan time.Time
 	if c.watcher == nil {
@@ -208,7 +210,9 @@ func (c *elector) followLeaders(ctx context.Context, q *eventQueue, wake, kick <
 	defer retryTimer.Stop()
 	for {
 		if q.following() {
-			l, err := currentHolder(ctx, c.b, c.holder, c.now)
+			rctx, cancel := context.WithTimeout(ctx, c.renew)
+			l, err := currentHolder(rctx, c.b, c.holder, c.now)
+			cancel()
 			switch {
 			case err != nil && ctx.Err() == nil:
 				d := retry.next()

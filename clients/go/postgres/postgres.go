@@ -436,13 +436,13 @@ func (b *Backend) Renew(ctx context.Context, owner string, ttl time.Duration, ge
 		if b.stepDownHook != nil {
 			b.stepDownHook(generation, to.String, err)
 		}
-		switch {
+		switch err = classify("hoplock_leases", err); {
 		case err == nil, errors.Is(err, sql.ErrNoRows):
 			// no row: the term ended meanwhile; the handoff will
 			// find it over
 			l.StepDownTo = to.String
-		case !hoplock.IsPermanent(classify("hoplock_leases", err)):
-			return nil, classify("hoplock_leases", err)
+		case !hoplock.IsPermanent(err):
+			return nil, err
 		}
 	}
 	return l, nil
