@@ -30,7 +30,9 @@
 // with the lease's Generation.
 //
 // Run reports the same as a stream of events (acquired, renewed, lost),
-// campaigning until its context ends.
+// campaigning until its context ends; while it follows, it also reports
+// each term of another instance (leader), whose value tells where to
+// forward work.
 //
 // Transient errors (a lost connection, a busy lease table, a serialization
 // failure) are retried, never taken for a loss; but when no renewal has

@@ -184,14 +184,19 @@ func (e *Elector) config() (*elector, error) {
 // Two ends of a term hand it over instead of releasing it, when the
 // backend is a HandOffer: if ctx has ended by the time fn returns (a
 // graceful stop), or if a renewal reported a step-down request. The term
-// then goes, in one step, to the first candidate waiting for the lease
-// (highest Priority, then the longest waiting); when none waits, or the
-// backend (hoplock 1.1) cannot hand over, the lease is released as
-// before. A step-down request is acted on thus: the renewal that reports
-// it cancels fn's context, with LossCause ErrStepDown, while the term
-// still holds the lease (renewals stop); when fn returns -- before the
-// deadline, or the term is lost and released as usual -- Lead hands the
-// term over and returns fn's error.
+// then goes, in one step, to a candidate waiting for the lease, by this
+// rule: after a step-down request that named an owner (the lease's
+// StepDownTo: hoplock_request_step_down's to_owner, or a candidate that
+// asked for itself with preempt => true), to that owner's candidate; if
+// that owner does not wait (ErrNoCandidate), if the request named nobody,
+// and on a graceful stop, to the first candidate (highest Priority, then
+// the longest waiting); if none waits, or the backend (hoplock 1.1)
+// cannot hand over, the lease is released as before. A step-down request
+// is acted on thus: the renewal that reports it cancels fn's context,
+// with LossCause ErrStepDown, while the term still holds the lease
+// (renewals stop); when fn returns -- before the deadline, or the term is
+// lost and released as usual -- Lead hands the term over and returns fn's
+// error.
 //
 // fn must stop acting as leader when its context is cancelled, and should
 // fence its writes with the lease's Generation: a process may pause at any
@@ -254,35 +259,44 @@ func (e *Elector) Leader(ctx context.Context) (State, string, error) {
 	if e.Backend == nil {
 		return State{}, "", errors.New("hoplock: Elector.Backend is nil")
 	}
-	if h, ok := e.Backend.(HolderReader); ok {
-		l, err := h.Holder(ctx)
-		switch {
-		case err != nil:
-			return State{}, "", err
-		case l == nil:
-			return State{}, "", ErrNoLease
-		}
-		return l.State, l.Value, nil
-	}
-	st, _, err := e.Backend.Read(ctx)
-	if err != nil && !errors.Is(err, ErrNoLease) {
-		return State{}, "", err
-	}
+	h, _ := e.Backend.(HolderReader)
 	now := time.Now
 	if e.Now != nil {
 		now = e.Now
 	}
-	if st == nil || st.expiredAt(now()) {
+	l, err := currentHolder(ctx, e.Backend, h, now)
+	switch {
+	case err != nil:
+		return State{}, "", err
+	case l == nil:
 		return State{}, "", ErrNoLease
 	}
-	return *st, "", nil
+	return l.State, l.Value, nil
 }
 
-// end ends term t once it has stopped: it hands the term over to the
-// first waiting candidate if graceful (the caller's context ended while
-// it led) or a step-down was requested, and the term still holds;
-// otherwise, or if nobody waits or the backend cannot hand over, it
-// releases the lease. A term already handed over is left alone.
+// currentHolder returns the running term, or nil if nobody leads: from h
+// if not nil, else the state b stores unless it has expired by now.
+func currentHolder(ctx context.Context, b Backend, h HolderReader, now func() time.Time) (*Lease, error) {
+	if h != nil {
+		return h.Holder(ctx)
+	}
+	st, handle, err := b.Read(ctx)
+	if err != nil && !errors.Is(err, ErrNoLease) {
+		return nil, err
+	}
+	if st == nil || st.expiredAt(now()) {
+		return nil, nil
+	}
+	return &Lease{Handle: handle, State: *st}, nil
+}
+
+// end ends term t once it has stopped: it hands the term over if graceful
+// (the caller's context ended while it led) or a step-down was requested,
+// and the term still holds; otherwise, or if nobody waits or the backend
+// cannot hand over, it releases the lease. A term already handed over is
+// left alone. The handoff goes to the candidate the step-down request
+// named (StepDownTo), if it named one and that owner waits; else to the
+// first waiting candidate.
 func (c *elector) end(t *term, graceful bool) {
 	t.mu.Lock()
 	handedOff, lost, stepping := t.handedOff, t.lost, t.stepping
@@ -293,7 +307,20 @@ func (c *elector) end(t *term, graceful bool) {
 	}
 	if (graceful || stepping) && !lost && c.handoff != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout)
-		nl, err := c.handoff.Handoff(ctx, c.owner, l.Generation, "")
+		var (
+			nl  *Lease
+			err error
+		)
+		if stepping && l.StepDown && l.StepDownTo != "" {
+			nl, err = c.handoff.Handoff(ctx, c.owner, l.Generation, l.StepDownTo)
+			if err == nil && nl == nil {
+				c.info("the candidate asked for does not wait, handing off to the first",
+					"generation", l.Generation, "step_down_to", l.StepDownTo)
+			}
+		}
+		if err == nil && nl == nil {
+			nl, err = c.handoff.Handoff(ctx, c.owner, l.Generation, "")
+		}
 		cancel()
 		switch {
 		case err == nil && nl != nil:

@@ -527,6 +527,9 @@ func TestRunEvents(t *testing.T) {
 					if ev.Kind == hoplock.EventRenewed && want != hoplock.EventRenewed {
 						continue
 					}
+					if ev.Kind == hoplock.EventLeader && ev.Lease.Owner == "intruder" {
+						continue // if read before the intruder let go
+					}
 					if ev.Kind != want {
 						t.Fatalf("event %v (%v), want %v", ev.Kind, ev.Err, want)
 					}
@@ -603,4 +606,314 @@ func TestLossCauseOutsideATerm(t *testing.T) {
 	if err := hoplock.LossCause(context.Background()); err != nil {
 		t.Errorf("LossCause(Background) = %v", err)
 	}
+}
+
+// eventStream reads a Run's events in the background, leaving out
+// EventRenewed.
+type eventStream struct {
+	t      *testing.T
+	events <-chan hoplock.Event
+}
+
+func (s eventStream) next() hoplock.Event {
+	s.t.Helper()
+	for {
+		select {
+		case ev, ok := <-s.events:
+			if !ok {
+				s.t.Fatal("Run's channel closed")
+			}
+			if ev.Kind != hoplock.EventRenewed {
+				return ev
+			}
+		case <-time.After(5 * time.Second):
+			s.t.Fatal("no event within 5s")
+		}
+	}
+}
+
+func (s eventStream) expect(kind hoplock.EventKind, owner string, gen int64) hoplock.Event {
+	s.t.Helper()
+	ev := s.next()
+	if ev.Kind != kind || ev.Lease.Owner != owner || (gen != 0 && ev.Lease.Generation != gen) {
+		s.t.Fatalf("event %v %s/%d (%v), want %v %s/%d", ev.Kind, ev.Lease.Owner, ev.Lease.Generation, ev.Err, kind, owner, gen)
+	}
+	return ev
+}
+
+// quiet checks that nothing but renewals comes for d.
+func (s eventStream) quiet(d time.Duration) {
+	s.t.Helper()
+	limit := time.After(d)
+	for {
+		select {
+		case ev, ok := <-s.events:
+			if ok && ev.Kind != hoplock.EventRenewed {
+				s.t.Fatalf("event %v %s/%d (%v), want none", ev.Kind, ev.Lease.Owner, ev.Lease.Generation, ev.Err)
+			}
+		case <-limit:
+			return
+		}
+	}
+}
+
+// Run reports each term of another owner once, as EventLeader, while it
+// does not lead: the one running when it starts, each that replaces it,
+// and after its own term is lost the one that took it; renewals of a term
+// reported bring no new event, and its own term is EventAcquired only.
+func TestRunReportsLeader(t *testing.T) {
+	modes(t, func(t *testing.T, wrap func(hoplock.Backend) hoplock.Backend) {
+		m := memory.New()
+		bg := context.Background()
+		ctx, cancel := context.WithCancel(testContext(t))
+		defer cancel()
+		x := &hoplock.State{Owner: "X", Generation: 1, ExpiresAt: time.Now().Add(time.Minute)}
+		hx, err := m.Write(bg, "", x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := eventStream{t, elector(wrap(m), "A").Run(ctx)}
+		s.expect(hoplock.EventLeader, "X", x.Generation)
+
+		// X renews: changes the Watcher signals, the same term
+		for i := 0; i < 5; i++ {
+			x.ExpiresAt = time.Now().Add(time.Minute)
+			if hx, err = m.Write(bg, hx, x); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		s.quiet(100 * time.Millisecond)
+
+		// Y takes over from X
+		y := &hoplock.State{Owner: "Y", Generation: x.Generation + 1, ExpiresAt: time.Now().Add(time.Minute)}
+		hy, err := m.Write(bg, hx, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.expect(hoplock.EventLeader, "Y", y.Generation)
+
+		// Y lets go: A leads
+		if err := m.Delete(bg, hy); err != nil {
+			t.Fatal(err)
+		}
+		acq := s.expect(hoplock.EventAcquired, "A", 0)
+		if acq.Lease.Generation <= y.Generation {
+			t.Errorf("acquired generation %d after %d", acq.Lease.Generation, y.Generation)
+		}
+
+		// Z writes over A's term: lost, then Z leads
+		var z *hoplock.State
+		for {
+			_, h, _ := m.Read(bg)
+			z = &hoplock.State{Owner: "Z", Generation: acq.Lease.Generation + 1, ExpiresAt: time.Now().Add(time.Minute)}
+			if _, err := m.Write(bg, h, z); err == nil {
+				break
+			}
+		}
+		lost := s.expect(hoplock.EventLost, "A", acq.Lease.Generation)
+		if !errors.Is(lost.Err, hoplock.ErrLeaseHeld) {
+			t.Errorf("lost: %v, want ErrLeaseHeld", lost.Err)
+		}
+		s.expect(hoplock.EventLeader, "Z", z.Generation)
+		s.quiet(100 * time.Millisecond)
+
+		cancel()
+		for ev := range s.events {
+			if ev.Kind != hoplock.EventRenewed {
+				t.Errorf("event %v after Run's context ended, while following", ev.Kind)
+			}
+		}
+	})
+}
+
+// staleReads is a memory backend whose Read and Holder answer late: what
+// they return may be out of date by up to 20 ms.
+type staleReads struct {
+	*memory.Backend
+	n atomic.Int64
+}
+
+func (s *staleReads) delay() {
+	time.Sleep(time.Duration(s.n.Add(7)%21) * time.Millisecond)
+}
+
+func (s *staleReads) Read(ctx context.Context) (*hoplock.State, string, error) {
+	st, h, err := s.Backend.Read(ctx)
+	s.delay()
+	return st, h, err
+}
+
+func (s *staleReads) Holder(ctx context.Context) (*hoplock.Lease, error) {
+	l, err := s.Backend.Holder(ctx)
+	s.delay()
+	return l, err
+}
+
+// Two Electors under Run, their terms forced out over and over, with
+// terms of a third owner in between, reading who leads late (staleReads):
+// in each one's events the generations of EventLeader rise strictly, each
+// above every EventAcquired before it, no EventLeader names its own owner
+// or comes while its own term runs, and none comes after the channel's
+// last EventLost.
+func TestRunLeaderEventsInOrder(t *testing.T) {
+	modes(t, func(t *testing.T, wrap func(hoplock.Backend) hoplock.Backend) {
+		m := memory.New()
+		stale := &staleReads{Backend: m}
+		bg := context.Background()
+		ctx, cancel := context.WithCancel(testContext(t))
+		defer cancel()
+		type result struct {
+			owner  string
+			events []hoplock.Event
+		}
+		results := make(chan result, 2)
+		for _, owner := range []string{"A", "B"} {
+			owner := owner
+			events := elector(wrap(stale), owner).Run(ctx)
+			go func() {
+				r := result{owner: owner}
+				for ev := range events {
+					r.events = append(r.events, ev)
+				}
+				results <- r
+			}()
+		}
+		for i := 0; i < 40; i++ {
+			time.Sleep(time.Duration(5+i%4*10) * time.Millisecond)
+			st, h, err := m.Read(bg)
+			if err != nil || st == nil {
+				continue
+			}
+			if i%5 == 4 {
+				// a third owner writes over the term, then lets go
+				x := &hoplock.State{Owner: "X", Generation: st.Generation + 1, ExpiresAt: time.Now().Add(time.Minute)}
+				if hx, err := m.Write(bg, h, x); err == nil {
+					time.Sleep(30 * time.Millisecond)
+					_ = m.Delete(bg, hx)
+				}
+				continue
+			}
+			_ = m.Delete(bg, h) // forced out
+		}
+		cancel()
+		leaders := 0
+		for i := 0; i < 2; i++ {
+			r := <-results
+			var acquired, last int64 // the last acquired, the last acquired or led
+			leading := false
+			for j, ev := range r.events {
+				switch {
+				case ev.Kind == hoplock.EventLeader && ev.Lease.Generation <= last,
+					ev.Kind == hoplock.EventAcquired && ev.Lease.Generation <= acquired:
+					t.Errorf("%s: event %d, %v of generation %d after %d (acquired %d)", r.owner, j, ev.Kind, ev.Lease.Generation, last, acquired)
+				}
+				switch ev.Kind {
+				case hoplock.EventAcquired:
+					acquired = ev.Lease.Generation
+					if acquired > last {
+						last = acquired
+					}
+				case hoplock.EventLeader:
+					last = ev.Lease.Generation
+				}
+				switch ev.Kind {
+				case hoplock.EventAcquired:
+					leading = true
+				case hoplock.EventLost:
+					leading = false
+				case hoplock.EventLeader:
+					leaders++
+					if ev.Lease.Owner == r.owner || leading {
+						t.Errorf("%s: event %d, EventLeader of %s/%d (leading: %v)", r.owner, j, ev.Lease.Owner, ev.Lease.Generation, leading)
+					}
+				}
+			}
+			for j, ev := range r.events {
+				if ev.Kind == hoplock.EventLost && errors.Is(ev.Err, context.Canceled) && j != len(r.events)-1 {
+					t.Errorf("%s: %v after the last EventLost", r.owner, r.events[j+1].Kind)
+				}
+			}
+		}
+		if leaders == 0 {
+			t.Error("no EventLeader at all")
+		}
+	})
+}
+
+// heldHolder is a memory backend whose Holder, once armed, holds the next
+// call after it has read the lease, until released: its answer is out of
+// date by then.
+type heldHolder struct {
+	*memory.Backend
+	armed   atomic.Bool
+	held    chan hoplock.Lease
+	release chan struct{}
+}
+
+func (h *heldHolder) Holder(ctx context.Context) (*hoplock.Lease, error) {
+	l, err := h.Backend.Holder(ctx)
+	if h.armed.CompareAndSwap(true, false) {
+		var seen hoplock.Lease
+		if l != nil {
+			seen = *l
+		}
+		h.held <- seen
+		<-h.release
+	}
+	return l, err
+}
+
+// A read of who leads that comes back after this Elector has acquired a
+// later term, and lost it, is not reported: EventLeader never goes back
+// to a term older than one already reported.
+func TestRunLeaderNeverGoesBack(t *testing.T) {
+	m := memory.New()
+	h := &heldHolder{Backend: m, held: make(chan hoplock.Lease), release: make(chan struct{})}
+	bg := context.Background()
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	x := &hoplock.State{Owner: "X", Generation: 1, ExpiresAt: time.Now().Add(time.Minute)}
+	hx, err := m.Write(bg, "", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := eventStream{t, elector(h, "A").Run(ctx)}
+	s.expect(hoplock.EventLeader, "X", x.Generation)
+
+	// Y takes over; the follower's read of it is held
+	h.armed.Store(true)
+	y := &hoplock.State{Owner: "Y", Generation: x.Generation + 1, ExpiresAt: time.Now().Add(time.Minute)}
+	hy, err := m.Write(bg, hx, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-h.held:
+		if l.Owner != "Y" {
+			t.Fatalf("held read of %s/%d, want Y", l.Owner, l.Generation)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no read of who leads after Y took over")
+	}
+
+	// meanwhile Y lets go, A leads, and Z writes over A's term
+	if err := m.Delete(bg, hy); err != nil {
+		t.Fatal(err)
+	}
+	acq := s.expect(hoplock.EventAcquired, "A", 0)
+	var z *hoplock.State
+	for {
+		_, hz, _ := m.Read(bg)
+		z = &hoplock.State{Owner: "Z", Generation: acq.Lease.Generation + 1, ExpiresAt: time.Now().Add(time.Minute)}
+		if _, err := m.Write(bg, hz, z); err == nil {
+			break
+		}
+	}
+	s.expect(hoplock.EventLost, "A", acq.Lease.Generation)
+
+	// the read of Y comes back now: not reported; Z is
+	close(h.release)
+	s.expect(hoplock.EventLeader, "Z", z.Generation)
+	s.quiet(100 * time.Millisecond)
 }

@@ -110,6 +110,13 @@ type Lease struct {
 	// StepDown reports that a step-down of the term was requested
 	// (hoplock_request_step_down): its holder is to hand it over.
 	StepDown bool
+
+	// StepDownTo is the owner a step-down request named
+	// (hoplock_request_step_down's to_owner, or a candidate that asked
+	// for itself with preempt => true), or "" for any candidate. A
+	// Renewer fills it only in a lease that reports StepDown (the
+	// postgres backend reads it from hoplock_leases then); "" elsewhere.
+	StepDownTo string
 }
 
 // Backend stores the state of one lease with compare-and-swap on an opaque
@@ -159,7 +166,9 @@ type Waiter interface {
 type Renewer interface {
 	// Renew extends owner's term generation to ttl from now by the
 	// backend's clock. It returns ErrNoLease if that term is over or is
-	// not owner's, and never brings back a term that has expired.
+	// not owner's, and never brings back a term that has expired. A
+	// lease reporting StepDown names in StepDownTo the owner to hand
+	// the term to, if the request named one.
 	Renew(ctx context.Context, owner string, ttl time.Duration, generation int64) (*Lease, error)
 }
 

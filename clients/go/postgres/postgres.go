@@ -140,6 +140,10 @@ type Backend struct {
 	// watchHook, if set (by the tests), is told of each step of
 	// following the events (see followWatch).
 	watchHook func(step string, n int64)
+
+	// stepDownHook, if set (by the tests), is told of each read of
+	// step_down_to, with the generation and what it read.
+	stepDownHook func(generation int64, to string, err error)
 }
 
 var (
@@ -180,7 +184,7 @@ func (b *Backend) Schema() string { return b.opts.Schema }
 type queries struct {
 	read, write, delete, wait, renew, release, releaseAny, holder, fence string
 	position, watch                                                      string
-	waitCandidate, proclaim, handoff, hasV12                             string
+	waitCandidate, proclaim, handoff, hasV12, stepDownTo                 string
 }
 
 // The columns of a hoplock_lease that scanLease reads: hoplock 1.1's, then
@@ -217,6 +221,7 @@ func newQueries(schema string, v12 bool) queries {
 		proclaim:      f("SELECT %s.hoplock_proclaim($1::text, $2::text, $3::bigint, $4::text)"),
 		handoff:       f("SELECT " + leaseColumns + " FROM %s.hoplock_handoff($1::text, $2::text, $3::bigint, $4::text) AS l"),
 		hasV12:        "SELECT pg_catalog.to_regprocedure($1::text) IS NOT NULL",
+		stepDownTo:    f("SELECT v.step_down_to FROM %s.hoplock_leases AS v WHERE v.name OPERATOR(pg_catalog.=) $1::text AND v.generation OPERATOR(pg_catalog.=) $2::bigint"),
 	}
 }
 
@@ -405,6 +410,13 @@ func (b *Backend) wait(ctx context.Context, query string, args ...any) (*hoplock
 
 // Renew extends owner's term generation by ttl from now, by the server's
 // clock (hoplock_renew); ErrNoLease if the term is over.
+//
+// A renewal that reports a step-down request (StepDown) is followed by one
+// more query, for the owner the request named: step_down_to in
+// hoplock_leases, into StepDownTo ("" for any candidate). Should that
+// query fail with a transient error, Renew returns the error, and the
+// renewal is tried again (the request stays on the term); with any other
+// error, StepDownTo is left "".
 func (b *Backend) Renew(ctx context.Context, owner string, ttl time.Duration, generation int64) (*hoplock.Lease, error) {
 	q, err := b.queries(ctx)
 	if err != nil {
@@ -417,6 +429,21 @@ func (b *Backend) Renew(ctx context.Context, owner string, ttl time.Duration, ge
 	if l == nil {
 		b.unpin(generation)
 		return nil, hoplock.ErrNoLease
+	}
+	if l.StepDown {
+		var to sql.NullString
+		err := b.db.QueryRowContext(ctx, b.q12.stepDownTo, b.name, generation).Scan(&to)
+		if b.stepDownHook != nil {
+			b.stepDownHook(generation, to.String, err)
+		}
+		switch err = classify("hoplock_leases", err); {
+		case err == nil, errors.Is(err, sql.ErrNoRows):
+			// no row: the term ended meanwhile; the handoff will
+			// find it over
+			l.StepDownTo = to.String
+		case !hoplock.IsPermanent(err):
+			return nil, err
+		}
 	}
 	return l, nil
 }
