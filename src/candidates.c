@@ -369,6 +369,48 @@ role_dropped(const HlCandidate *c)
 }
 
 /*
+ * The index in found[] (n of them) of the first candidate that "wanted"
+ * keeps and whose role has the privileges of "term_roleid", the role of
+ * the term it would take or ask for; -1 if there is none.
+ */
+static int
+first_of(const HlCandidate *found, int n, Oid term_roleid,
+		 bool (*wanted) (const HlCandidate *c, const void *arg),
+		 const void *arg)
+{
+	int			best = -1;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!wanted(&found[i], arg))
+			continue;
+		if (best >= 0 && !comes_before(&found[i], &found[best]))
+			continue;
+		if (role_dropped(&found[i]) ||
+			!has_privs_of_role(found[i].roleid, term_roleid))
+			continue;
+		best = i;
+	}
+	return best;
+}
+
+/* first_of's test for a handoff: the owner asked for (NULL: any) */
+static bool
+named(const HlCandidate *c, const void *arg)
+{
+	text	   *to_owner = (text *) arg;
+
+	return to_owner == NULL || has_owner(c, to_owner);
+}
+
+/* first_of's test for a preemption: above the term's priority, preempting */
+static bool
+preempts(const HlCandidate *c, const void *arg)
+{
+	return c->preempt && c->priority > *(const int32 *) arg;
+}
+
+/*
  * The first candidate of lease "name" whose owner is "to_owner" (NULL: the
  * first of all) that a term can be handed to, in *pick, for
  * hoplock_handoff; false if there is none.  Only a candidate whose role has
@@ -389,20 +431,10 @@ hl_candidate_pick(text *name, text *to_owner, Oid term_roleid,
 	HlCandidate *found;
 	int		   *index;
 	int			n;
-	int			best = -1;
+	int			best;
 
 	n = collect(name, &found, &index);
-	for (int i = 0; i < n; i++)
-	{
-		if (to_owner != NULL && !has_owner(&found[i], to_owner))
-			continue;
-		if (best >= 0 && !comes_before(&found[i], &found[best]))
-			continue;
-		if (role_dropped(&found[i]) ||
-			!has_privs_of_role(found[i].roleid, term_roleid))
-			continue;
-		best = i;
-	}
+	best = first_of(found, n, term_roleid, named, to_owner);
 	if (best < 0)
 		return false;
 	pick->owner = cstring_to_text_with_len(found[best].owner,
@@ -434,20 +466,10 @@ hl_candidate_preemptor(text *name, int32 term_priority, Oid term_roleid)
 	HlCandidate *found;
 	int		   *index;
 	int			n;
-	int			best = -1;
+	int			best;
 
 	n = collect(name, &found, &index);
-	for (int i = 0; i < n; i++)
-	{
-		if (!found[i].preempt || found[i].priority <= term_priority)
-			continue;
-		if (best >= 0 && !comes_before(&found[i], &found[best]))
-			continue;
-		if (role_dropped(&found[i]) ||
-			!has_privs_of_role(found[i].roleid, term_roleid))
-			continue;
-		best = i;
-	}
+	best = first_of(found, n, term_roleid, preempts, &term_priority);
 	if (best < 0)
 		return NULL;
 	return cstring_to_text_with_len(found[best].owner, found[best].ownerlen);
