@@ -16,6 +16,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -27,7 +28,8 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/jackc/pgx/v4/stdlib"
+	"github.com/jackc/pgx/v4"
+	"github.com/jackc/pgx/v4/stdlib"
 
 	"hoplock"
 	"hoplock/postgres"
@@ -46,6 +48,14 @@ func TestMain(m *testing.M) {
 // Unix nanoseconds):
 //
 //	start GEN WALL            fn began
+//	first GEN BEGAN WROTE WAITED OUTCOME
+//	                          with HOPLOCK_TEST_FENCED (rows of the lease in
+//	                          proc_writes are fenced by a hoplock_fenced
+//	                          trigger): fn's first act, one INSERT of a row
+//	                          fenced with GEN, committed at WROTE (OUTCOME
+//	                          "committed", or its SQLSTATE); fn began at
+//	                          BEGAN, the Elector's Wait returned the term at
+//	                          WAITED (0 if the term did not come from Wait)
 //	clock GEN SERVER          the server's clock at fn's start, read in a
 //	                          transaction fenced with GEN that committed
 //	ok GEN WALL               fn checked its context: still leading
@@ -60,6 +70,28 @@ func TestMain(m *testing.M) {
 //	                          the loss: its SQLSTATE ("committed" if it was)
 //	fenced GEN WALL           after SIGUSR1: inside a transaction fenced
 //	                          with GEN, waiting for SIGCONT to go on
+//	returned GEN WALL         Lead returned, after the term GEN: handed
+//	                          over or released
+//	dial WALL                 a new connection to the server was opened
+//
+// fn finishes a write it has begun when its context ends for a graceful
+// stop (the parent context cancelled, or a step-down requested): its term
+// still holds the lease, and the write is fenced; it abandons the write
+// when the term was lost. (Cancelling a statement in flight is slow: pgx
+// sends a cancel request on a new connection and closes the connection,
+// and the rollback holds the term's fence until the server has seen the
+// cancel, which a handoff cannot wait for.)
+//
+// With HOPLOCK_TEST_HANDOVER=release the Elector's backend is not a
+// hoplock.HandOffer: a graceful stop releases the term, and a follower
+// waiting in hoplock_wait takes the freed lease (the handover before
+// hoplock 1.2); otherwise the Elector hands the term over. With
+// HOPLOCK_TEST_WARM=N its pool is warm before it campaigns (warmUp).
+// Diagnostics, to take the stopped leader's own teardown out of a
+// handover: HOPLOCK_TEST_EXIT_LATE=DURATION holds the process's exit (and
+// the closing of its pool) back that long after Lead returned, and
+// HOPLOCK_TEST_LISTEN_LATE keeps the Elector's LISTEN connection open until
+// then (the Elector drops it when Lead's context ends).
 func childMain() int {
 	name := os.Getenv("HOPLOCK_TEST_CHILD")
 	owner := os.Getenv("HOPLOCK_TEST_OWNER")
@@ -72,18 +104,6 @@ func childMain() int {
 	if user := os.Getenv("HOPLOCK_TEST_USER"); user != "" {
 		dsn += " user=" + user
 	}
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	defer db.Close()
-	b := postgres.New(db, name, postgres.Options{
-		Schema:       testSchema(),
-		SessionBound: os.Getenv("HOPLOCK_TEST_SESSION_BOUND") != "",
-	})
-	e := &hoplock.Elector{Backend: b, Owner: owner, TTL: ttl}
-
 	var mu sync.Mutex
 	say := func(format string, args ...any) {
 		mu.Lock()
@@ -91,6 +111,46 @@ func childMain() int {
 		fmt.Printf(format+"\n", args...)
 	}
 	wall := func() int64 { return time.Now().UnixNano() }
+
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		say("dial %d", wall())
+		return dial(ctx, network, addr)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	b := postgres.New(db, name, postgres.Options{
+		Schema:       testSchema(),
+		SessionBound: os.Getenv("HOPLOCK_TEST_SESSION_BOUND") != "",
+	})
+	var waited waitClock
+	eb := childBackend{Backend: b, Waiter: timedWaiter{b, &waited}, Renewer: b, Releaser: b,
+		HolderReader: b, Watcher: b, CandidateWaiter: b, Proclaimer: b}
+	exitLate, err := time.ParseDuration(os.Getenv("HOPLOCK_TEST_EXIT_LATE"))
+	if err != nil {
+		exitLate = 0
+	}
+	listenCtx, stopListening := context.WithCancel(context.Background())
+	defer stopListening()
+	if os.Getenv("HOPLOCK_TEST_LISTEN_LATE") != "" {
+		eb.Watcher = lateWatcher{b, listenCtx}
+	}
+	e := &hoplock.Elector{Backend: handingBackend{eb, b}, Owner: owner, TTL: ttl}
+	if os.Getenv("HOPLOCK_TEST_HANDOVER") == "release" {
+		e.Backend = eb
+	}
+	fencedRows := os.Getenv("HOPLOCK_TEST_FENCED") != ""
+	if n, err := strconv.Atoi(os.Getenv("HOPLOCK_TEST_WARM")); err == nil && n > 0 {
+		if err := warmUp(db, b, n, owner); err != nil {
+			fmt.Fprintln(os.Stderr, "warm-up:", err)
+			return 2
+		}
+	}
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -135,6 +195,14 @@ func childMain() int {
 		}
 		return id, at, tx.Commit()
 	}
+	// insert commits a row fenced with gen by the table's trigger alone:
+	// one statement, in one round trip (the simple protocol: nothing to
+	// prepare on a connection that never ran it).
+	insert := func(wctx context.Context, gen int64) (id int64, at time.Time, err error) {
+		err = db.QueryRowContext(wctx, `INSERT INTO proc_writes (name, owner, generation) VALUES ($1, $2, $3)
+			RETURNING id, at`, pgx.QuerySimpleProtocol(true), name, owner, gen).Scan(&id, &at)
+		return id, at, err
+	}
 	// clock reads the server's clock in a transaction fenced with gen.
 	clock := func(ctx context.Context, gen int64) (at time.Time, err error) {
 		tx, err := db.BeginTx(ctx, nil)
@@ -151,6 +219,7 @@ func childMain() int {
 		return at, tx.Commit()
 	}
 
+	var gen int64
 	for ctx.Err() == nil {
 		if hoplock.IsPermanent(err) {
 			// Lead returned at once (the server refused us): not in a
@@ -158,8 +227,25 @@ func childMain() int {
 			time.Sleep(20 * time.Millisecond)
 		}
 		err = e.Lead(ctx, func(ctx context.Context, lease hoplock.Lease) error {
-			gen := lease.Generation
-			say("start %d %d", gen, wall())
+			gen = lease.Generation
+			began := wall()
+			if fencedRows {
+				// the term's first act: its first fenced write
+				wctx, cancel := workContext(ctx)
+				id, at, err := insert(wctx, gen)
+				cancel()
+				wrote := wall()
+				say("start %d %d", gen, began)
+				outcome := "committed"
+				if err == nil {
+					say("write %d %d %d %d", gen, wrote, at.UnixNano(), id)
+				} else if outcome = postgres.SQLState(err); outcome == "" {
+					outcome = "error"
+				}
+				say("first %d %d %d %d %s", gen, began, wrote, waited.at(gen), outcome)
+			} else {
+				say("start %d %d", gen, began)
+			}
 			if at, err := clock(ctx, gen); err == nil {
 				say("clock %d %d", gen, at.UnixNano())
 			}
@@ -167,7 +253,7 @@ func childMain() int {
 				if ctx.Err() != nil {
 					cause := hoplock.LossCause(ctx)
 					say("end %d %d %s %v", gen, wall(), causeKind(cause), cause)
-					if cause != nil {
+					if cause != nil && !errors.Is(cause, hoplock.ErrStepDown) {
 						// What a zombie would do: write anyway.
 						wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 						_, _, err := write(wctx, gen)
@@ -184,7 +270,19 @@ func childMain() int {
 					return ctx.Err()
 				}
 				say("ok %d %d", gen, wall())
-				if id, at, err := write(ctx, gen); err == nil {
+				wctx, cancel := workContext(ctx)
+				var (
+					id  int64
+					at  time.Time
+					err error
+				)
+				if fencedRows {
+					id, at, err = insert(wctx, gen)
+				} else {
+					id, at, err = write(wctx, gen)
+				}
+				cancel()
+				if err == nil {
 					say("write %d %d %d %d", gen, wall(), at.UnixNano(), id)
 				}
 				select {
@@ -193,8 +291,159 @@ func childMain() int {
 				}
 			}
 		})
+		say("returned %d %d", gen, wall())
 	}
+	time.Sleep(exitLate)
 	return 0
+}
+
+// workContext is the context of one unit of work of a term whose context
+// is ctx: it ends when the term is lost (LossCause reports a loss), not
+// when the leader is told to stop (ctx's parent ended) or asked to step
+// down, so that a write begun is finished then, inside the term, and not
+// cancelled; and in any case after 5 s.
+func workContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	go func() {
+		select {
+		case <-ctx.Done():
+			if cause := hoplock.LossCause(ctx); cause != nil && !errors.Is(cause, hoplock.ErrStepDown) {
+				cancel()
+			}
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, cancel
+}
+
+// childBackend is the postgres backend as a child's Elector sees it: all
+// its optional interfaces but hoplock.HandOffer, so that an Elector on it
+// releases its term at a graceful stop and a follower waiting in
+// hoplock_wait takes the freed lease (release and race, the handover
+// before hoplock 1.2). handingBackend adds HandOffer: the Elector hands
+// the term over. (The Elector finds them by type assertion.)
+type childBackend struct {
+	hoplock.Backend
+	hoplock.Waiter
+	hoplock.Renewer
+	hoplock.Releaser
+	hoplock.HolderReader
+	hoplock.Watcher
+	hoplock.CandidateWaiter
+	hoplock.Proclaimer
+}
+
+type handingBackend struct {
+	childBackend
+	hoplock.HandOffer
+}
+
+// warmUp readies the pool of a child as a process that has run a while
+// would have it: n connections open, each of which has read the lease and
+// written (rolled back) a row of proc_writes, and the backend's question
+// whether the server has hoplock 1.2 asked (a leader asks it at its first
+// renewal, or its handoff).
+func warmUp(db *sql.DB, b *postgres.Backend, n int, owner string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db.SetMaxIdleConns(n + 2)
+	var conns []*sql.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		tx, err := c.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, q(`SELECT FROM %s.hoplock_holder($1)`), b.Name())
+		if err == nil {
+			_, err = tx.ExecContext(ctx, `INSERT INTO proc_writes (name, owner, generation) VALUES ($1, $2, 0)`,
+				pgx.QuerySimpleProtocol(true), "warm-up "+b.Name(), owner)
+		}
+		tx.Rollback()
+		if err != nil {
+			return err
+		}
+	}
+	_, err := b.Holder(ctx)
+	return err
+}
+
+// lateWatcher is a Watcher whose watch (and so its LISTEN connection)
+// lasts until ctx ends, not until the context the Elector gives it does,
+// which ends with Lead's context (HOPLOCK_TEST_LISTEN_LATE). Each Watch
+// call starts a watch of its own.
+type lateWatcher struct {
+	w   hoplock.Watcher
+	ctx context.Context
+}
+
+func (l lateWatcher) Watch(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	in := l.w.Watch(l.ctx)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// timedWaiter notes when each Wait returned a term.
+type timedWaiter struct {
+	hoplock.Waiter
+	clock *waitClock
+}
+
+func (w timedWaiter) Wait(ctx context.Context, owner string, ttl, timeout time.Duration) (*hoplock.Lease, error) {
+	l, err := w.Waiter.Wait(ctx, owner, ttl, timeout)
+	if l != nil {
+		w.clock.set(l.Generation, time.Now().UnixNano())
+	}
+	return l, err
+}
+
+// waitClock is when Wait last returned a term, and which.
+type waitClock struct {
+	mu  sync.Mutex
+	gen int64
+	ns  int64
+}
+
+func (c *waitClock) set(gen, ns int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen, c.ns = gen, ns
+}
+
+// at returns when Wait returned term gen, or 0.
+func (c *waitClock) at(gen int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return 0
+	}
+	return c.ns
 }
 
 func causeKind(err error) string {
@@ -219,7 +468,9 @@ type child struct {
 	lines []string
 	// started receives the generation of each term it begins.
 	started chan childStart
-	exited  chan struct{}
+	// firsts receives each first write of a term (HOPLOCK_TEST_FENCED).
+	firsts chan childFirst
+	exited chan struct{}
 }
 
 type childStart struct {
@@ -252,7 +503,8 @@ func startChild(t *testing.T, name, owner string, ttl time.Duration, sessionBoun
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{owner: owner, cmd: cmd, started: make(chan childStart, 100), exited: make(chan struct{})}
+	c := &child{owner: owner, cmd: cmd, started: make(chan childStart, 100), firsts: make(chan childFirst, 100),
+		exited: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
@@ -265,6 +517,9 @@ func startChild(t *testing.T, name, owner string, ttl time.Duration, sessionBoun
 				gen, _ := strconv.ParseInt(f[1], 10, 64)
 				ns, _ := strconv.ParseInt(f[2], 10, 64)
 				c.started <- childStart{gen, time.Unix(0, ns)}
+			}
+			if len(f) >= 6 && f[0] == "first" {
+				c.firsts <- parseFirst(f)
 			}
 		}
 		cmd.Wait()
@@ -312,7 +567,8 @@ func (c *child) kill() time.Time {
 	return at
 }
 
-// term asks the child to stop (SIGTERM): its Lead releases the lease.
+// term asks the child to stop (SIGTERM): its Lead hands the term over, or
+// releases it.
 func (c *child) term() time.Time {
 	at := time.Now()
 	c.cmd.Process.Signal(syscall.SIGTERM)
@@ -358,12 +614,10 @@ func rounds() int {
 	return 20
 }
 
-// killRounds kills the leader process (or, graceful, stops it with
-// SIGTERM), round after round, and measures how long after that the
-// follower's fn began; and also, for a TTL-bound kill, how long after the
-// killed term's expiry on the server, for a graceful stop, how long after
-// the leader's fn found its context done and returned.
-func killRounds(t *testing.T, sessionBound bool, ttl time.Duration, graceful bool) (durations, durations) {
+// killRounds kills the leader process, round after round, and measures how
+// long after that the follower's fn began; and also, for a TTL-bound kill,
+// how long after the killed term's expiry on the server.
+func killRounds(t *testing.T, sessionBound bool, ttl time.Duration) (durations, durations) {
 	setupProcWrites(t)
 	name := leaseName(t)
 	var all []*child
@@ -373,22 +627,17 @@ func killRounds(t *testing.T, sessionBound bool, ttl time.Duration, graceful boo
 		return c
 	}
 	leader := spawn(0)
-	leaderGen := leader.waitStarted(t, 10*time.Second).gen
+	leader.waitStarted(t, 10*time.Second)
 	follower := spawn(1)
-	var takeover, afterExpiry, afterReturn durations
+	var takeover, afterExpiry durations
 	for r := 0; r < rounds(); r++ {
 		// the follower waits in the server before the leader dies
 		waitWaiting(t, follower.owner)
 		time.Sleep(20 * time.Millisecond) // the leader writes a little
-		var killedAt time.Time
-		if graceful {
-			killedAt = leader.term()
-		} else {
-			killedAt = leader.kill()
-		}
+		killedAt := leader.kill()
 		s := follower.waitStarted(t, ttl+10*time.Second)
 		takeover = append(takeover, s.wall.Sub(killedAt))
-		if !sessionBound && !graceful {
+		if !sessionBound {
 			// when the server ended the killed leader's term: its expiry
 			var ended time.Time
 			if err := adminDB(t).QueryRow(q(`SELECT ended_at FROM %s.hoplock_history
@@ -397,21 +646,7 @@ func killRounds(t *testing.T, sessionBound bool, ttl time.Duration, graceful boo
 			}
 			afterExpiry = append(afterExpiry, s.wall.Sub(ended))
 		}
-		if graceful {
-			// when the stopped leader's fn found its context done, and
-			// returned
-			select {
-			case <-leader.exited:
-			case <-time.After(10 * time.Second):
-				t.Fatalf("%s did not exit after SIGTERM", leader.owner)
-			}
-			for _, sec := range sections(leader) {
-				if sec.gen == leaderGen && !sec.end.IsZero() {
-					afterReturn = append(afterReturn, s.wall.Sub(sec.end))
-				}
-			}
-		}
-		leader, follower, leaderGen = follower, spawn(r+2), s.gen
+		leader, follower = follower, spawn(r+2)
 	}
 	time.Sleep(50 * time.Millisecond)
 	for _, c := range all {
@@ -421,42 +656,47 @@ func killRounds(t *testing.T, sessionBound bool, ttl time.Duration, graceful boo
 		<-c.exited
 	}
 	checkHistory(t, name, sections(all...))
-	if graceful {
-		return takeover, afterReturn
-	}
 	return takeover, afterExpiry
 }
 
 // A leader process told to stop (SIGTERM, which cancels its Lead's
-// context): it hands its term to the follower waiting in the server
-// (hoplock_handoff; a release against hoplock 1.1), which leads within
-// milliseconds.
+// context): its fn finishes the write it is making and returns, and the
+// Elector hands the term to the follower waiting in the server
+// (hoplock_handoff), whose fn leads and writes within milliseconds. 20
+// rounds (HOPLOCK_TEST_ROUNDS); TestProcessHandoverBench compares it with
+// release and race.
 func TestProcessGracefulStop(t *testing.T) {
-	fastHandover(t, false, true, "leader process stopped (SIGTERM: ctx cancelled, handoff), signal")
+	testDSN(t)
+	var kinds []handoverKind
+	for i := 0; i < rounds(); i++ {
+		kinds = append(kinds, handOff)
+	}
+	const settle = 20 * time.Millisecond
+	hs := gracefulRounds(t, kinds, settle)
+	s := statsOf(hs, handOff)
+	if p := durations(s.total).percentile(0.99); p > 2*time.Second {
+		t.Errorf("leader process stopped -> follower's first write: p99 %v, as if it waited for the TTL", p)
+	}
+	if len(s.leaderFn) != len(hs) {
+		t.Errorf("%d of %d stopped leaders logged their fn's end", len(s.leaderFn), len(hs))
+	}
+	if s.how[handOff.ends] != len(hs) {
+		t.Errorf("%d of %d stopped leaders' terms were handed off: %v", s.how[handOff.ends], len(hs), s.how)
+	}
+	s.report(t, fmt.Sprintf("leader process stopped (SIGTERM: ctx cancelled, handoff; %d rounds, settle %v)", len(hs), settle), 3)
 }
 
 // A session-bound leader killed: its connection closes, its term ends at
 // once, and the follower waiting in the server leads within milliseconds.
 func TestProcessKillSessionBound(t *testing.T) {
-	fastHandover(t, true, false, "killed session-bound leader (SIGKILL), kill")
-}
-
-// fastHandover runs killRounds for a handover that must not wait for the
-// TTL (10 s), and reports it.
-func fastHandover(t *testing.T, sessionBound, graceful bool, what string) {
 	testDSN(t)
-	takeover, afterReturn := killRounds(t, sessionBound, 10*time.Second, graceful)
+	const what = "killed session-bound leader (SIGKILL), kill"
+	takeover, _ := killRounds(t, true, 10*time.Second)
 	if p := takeover.percentile(0.99); p > 2*time.Second {
 		t.Errorf("%s -> follower fn: p99 %v, as if it waited for the TTL", what, p)
 	}
 	t.Logf("%s -> follower fn: %v", what, takeover)
 	fmt.Printf("measure: %s -> follower fn start: %v\n", what, takeover)
-	if graceful {
-		if len(afterReturn) != len(takeover) {
-			t.Errorf("%d of %d stopped leaders logged their fn's end", len(afterReturn), len(takeover))
-		}
-		fmt.Printf("measure: leader process stopped (SIGTERM), its fn found ctx done and returned -> follower fn start: %v\n", afterReturn)
-	}
 }
 
 // A leader killed with an ordinary term: the follower leads once the term
@@ -464,7 +704,7 @@ func fastHandover(t *testing.T, sessionBound, graceful bool, what string) {
 func TestProcessKillTTLBound(t *testing.T) {
 	testDSN(t)
 	const ttl = 500 * time.Millisecond
-	takeover, afterExpiry := killRounds(t, false, ttl, false)
+	takeover, afterExpiry := killRounds(t, false, ttl)
 	if p := takeover.percentile(0.99); p > ttl+time.Second {
 		t.Errorf("TTL-bound takeover after a kill: p99 %v, TTL %v", p, ttl)
 	}
