@@ -14,6 +14,8 @@ import (
 const (
 	DefaultTTL            = 15 * time.Second
 	DefaultReleaseTimeout = 5 * time.Second
+	// DefaultHandoffLinger is Elector.HandoffLinger's default.
+	DefaultHandoffLinger = 100 * time.Millisecond
 )
 
 // Elector campaigns for a lease, renews it while it leads, and tells its
@@ -54,6 +56,17 @@ type Elector struct {
 	// ReleaseTimeout bounds the release at the end of each term, which
 	// runs on a fresh context (default 5s, at most TTL).
 	ReleaseTimeout time.Duration
+
+	// HandoffLinger is how long Lead and Run wait, on a graceful stop
+	// (their context ended), after handing the term over or releasing
+	// it, before they return (default 100ms; negative: not at all). The
+	// next leader's first milliseconds then do not compete with this
+	// process's teardown -- its connections closing, each a server
+	// process exiting, and its own exit -- for the same cores: on two
+	// cores that teardown took 4.5-5 ms at the median, most of the
+	// handover's tail (bench/RESULTS.md, section 9). A stop is that much
+	// slower; the new leader leads no later.
+	HandoffLinger time.Duration
 
 	// Now is the wall clock that stamps ExpiresAt when writing through a
 	// plain Backend, and by which a follower judges such a lease expired
@@ -97,6 +110,7 @@ type elector struct {
 	watcher  Watcher
 
 	owner          string
+	linger         time.Duration
 	cand           Candidate
 	ttl            time.Duration
 	renew          time.Duration
@@ -123,6 +137,7 @@ func (e *Elector) config() (*elector, error) {
 		renew:          e.Renew,
 		poll:           e.Poll,
 		releaseTimeout: e.ReleaseTimeout,
+		linger:         e.HandoffLinger,
 		now:            e.Now,
 		log:            e.Logger,
 	}
@@ -143,6 +158,9 @@ func (e *Elector) config() (*elector, error) {
 	}
 	if c.poll < 0 {
 		return nil, fmt.Errorf("hoplock: Elector.Poll is negative (%v)", c.poll)
+	}
+	if c.linger == 0 {
+		c.linger = DefaultHandoffLinger
 	}
 	if c.releaseTimeout == 0 {
 		c.releaseTimeout = DefaultReleaseTimeout
@@ -325,6 +343,7 @@ func (c *elector) end(t *term, graceful bool) {
 		switch {
 		case err == nil && nl != nil:
 			c.info("handed off", "generation", l.Generation, "to", nl.Owner, "next_generation", nl.Generation)
+			c.lingerAfter(graceful)
 			return
 		case err == nil, errors.Is(err, ErrUnsupported):
 		default:
@@ -332,16 +351,28 @@ func (c *elector) end(t *term, graceful bool) {
 		}
 	}
 	c.release(l)
+	c.lingerAfter(graceful && !lost)
+}
+
+// lingerAfter waits HandoffLinger after a term this Elector ended for its
+// graceful stop, so that its caller's teardown comes after the next
+// leader's first milliseconds (see Elector.HandoffLinger).
+func (c *elector) lingerAfter(graceful bool) {
+	if graceful && c.linger > 0 {
+		time.Sleep(c.linger)
+	}
 }
 
 // watch starts the backend's Watch, if it has one, on a context of its
 // own; the function returned stops it and waits (up to ReleaseTimeout)
-// for it to finish.
+// for it to finish.  The watch outlives the end of ctx until that
+// function is called, when Lead or Run returns: a graceful stop does not
+// tear down its connection in the middle of handing the term over.
 func (c *elector) watch(ctx context.Context) (<-chan struct{}, func()) {
 	if c.watcher == nil {
 		return nil, func() {}
 	}
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithCancel(detached{ctx})
 	wake := c.watcher.Watch(wctx)
 	return wake, func() {
 		cancel()
@@ -670,3 +701,12 @@ func (c *elector) warn(msg string, err error, args ...any) {
 		c.log.Warn("hoplock: "+msg, append([]any{"owner", c.owner, "err", err}, args...)...)
 	}
 }
+
+// detached is a context with the values of its parent but never done:
+// context.WithoutCancel, which Go 1.19 does not have.
+type detached struct{ parent context.Context }
+
+func (detached) Deadline() (time.Time, bool)         { return time.Time{}, false }
+func (detached) Done() <-chan struct{}               { return nil }
+func (detached) Err() error                          { return nil }
+func (d detached) Value(key interface{}) interface{} { return d.parent.Value(key) }

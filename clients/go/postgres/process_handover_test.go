@@ -127,11 +127,16 @@ var (
 	// hands (diagnostics); and the exit alone held back (the Elector
 	// still drops the LISTEN connection when the stop cancels Lead's
 	// context)
-	late          = []string{"HOPLOCK_TEST_LISTEN_LATE=1", "HOPLOCK_TEST_EXIT_LATE=300ms"}
-	handOffLate   = handoverKind{name: "handoff-late", env: late, ends: "handed off", what: "graceful stop, handed over, the leader's teardown 300 ms later"}
-	releaseLate   = handoverKind{name: "release-late", env: append([]string{"HOPLOCK_TEST_HANDOVER=release"}, late...), ends: "released", what: "graceful stop, released (race), the leader's teardown 300 ms later"}
-	handOffExit   = handoverKind{name: "handoff-exit-late", env: late[1:], ends: "handed off", what: "graceful stop, handed over, the leader's exit 300 ms later"}
-	handoverKinds = []handoverKind{handOff, releaseRace, handOffLate, releaseLate, handOffExit}
+	late        = []string{"HOPLOCK_TEST_LISTEN_LATE=1", "HOPLOCK_TEST_EXIT_LATE=300ms"}
+	handOffLate = handoverKind{name: "handoff-late", env: late, ends: "handed off", what: "graceful stop, handed over, the leader's teardown 300 ms later"}
+	releaseLate = handoverKind{name: "release-late", env: append([]string{"HOPLOCK_TEST_HANDOVER=release"}, late...), ends: "released", what: "graceful stop, released (race), the leader's teardown 300 ms later"}
+	handOffExit = handoverKind{name: "handoff-exit-late", env: late[1:], ends: "handed off", what: "graceful stop, handed over, the leader's exit 300 ms later"}
+	// the Elector's defaults (above) linger 100 ms after a graceful stop's
+	// handoff or release before Lead returns; these do not linger at all
+	noLinger        = []string{"HOPLOCK_TEST_LINGER=-1ms"}
+	handOffNoLinger = handoverKind{name: "handoff-nolinger", env: noLinger, ends: "handed off", what: "graceful stop, handed over, HandoffLinger off"}
+	releaseNoLinger = handoverKind{name: "release-nolinger", env: append([]string{"HOPLOCK_TEST_HANDOVER=release"}, noLinger...), ends: "released", what: "graceful stop, released (race), HandoffLinger off"}
+	handoverKinds   = []handoverKind{handOff, releaseRace, handOffNoLinger, releaseNoLinger, handOffLate, releaseLate, handOffExit}
 )
 
 // handoverRound is one graceful handover, timed.
@@ -351,7 +356,8 @@ func (s handoverStats) report(t *testing.T, what string, measured int) {
 // own teardown out of the way, to show what it costs. 50 rounds
 // (HOPLOCK_BENCH_ROUNDS) of each kind, interleaved, between the same kind
 // of processes; HOPLOCK_BENCH_KINDS picks the kinds (handoff, release,
-// handoff-late, release-late -- the default -- and handoff-exit-late). A
+// handoff-nolinger, release-nolinger -- the default -- and handoff-late,
+// release-late, handoff-exit-late). A
 // benchmark: it runs only with HOPLOCK_BENCH_HANDOVER set
 // (bench/handover.sh sets it).
 func TestProcessHandoverBench(t *testing.T) {
@@ -364,7 +370,7 @@ func TestProcessHandoverBench(t *testing.T) {
 		n = v
 	}
 	const settle = 100 * time.Millisecond
-	variants := []handoverKind{handOff, releaseRace, handOffLate, releaseLate}
+	variants := []handoverKind{handOff, releaseRace, handOffNoLinger, releaseNoLinger}
 	if v := os.Getenv("HOPLOCK_BENCH_KINDS"); v != "" {
 		variants = nil
 	next:

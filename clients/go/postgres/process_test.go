@@ -87,6 +87,7 @@ func TestMain(m *testing.M) {
 // waiting in hoplock_wait takes the freed lease (the handover before
 // hoplock 1.2); otherwise the Elector hands the term over. With
 // HOPLOCK_TEST_WARM=N its pool is warm before it campaigns (warmUp).
+// HOPLOCK_TEST_LINGER=DURATION sets its HandoffLinger (negative: none).
 // Diagnostics, to take the stopped leader's own teardown out of a
 // handover: HOPLOCK_TEST_EXIT_LATE=DURATION holds the process's exit (and
 // the closing of its pool) back that long after Lead returned, and
@@ -141,6 +142,9 @@ func childMain() int {
 		eb.Watcher = lateWatcher{b, listenCtx}
 	}
 	e := &hoplock.Elector{Backend: handingBackend{eb, b}, Owner: owner, TTL: ttl}
+	if d, err := time.ParseDuration(os.Getenv("HOPLOCK_TEST_LINGER")); err == nil {
+		e.HandoffLinger = d
+	}
 	if os.Getenv("HOPLOCK_TEST_HANDOVER") == "release" {
 		e.Backend = eb
 	}
