@@ -59,18 +59,29 @@ static bool entered = false;	/* this backend's entry is in use */
 static bool exit_callback_registered = false;
 
 /*
- * A handed term this transaction's wait took (taken_generation 0: none):
- * should the (sub)transaction of the wait roll back, the take is undone
- * and nobody holds the term; the worker is told to end it.  The name is
- * kept here, not in a memory context, so that the abort needs none.
+ * The handed terms this transaction's waits took, with the nest level of
+ * the (sub)transaction of each: should it roll back, the take is undone
+ * and nobody holds the term; the worker is told to end it.  Kept here,
+ * not in a memory context, so that an abort needs no memory; beyond
+ * MAX_TAKEN the worker is asked to read the table again instead (it finds
+ * handed terms nobody took there).
  */
-static int64 taken_generation = 0;
-static int	taken_nest = 0;
-static union
+#define MAX_TAKEN	8
+
+typedef struct TakenTerm
 {
-	struct varlena hdr;
-	char		data[VARHDRSZ + HL_MAX_NAME_BYTES];
-}			taken_name;
+	int64		generation;
+	int			nest;
+	union
+	{
+		struct varlena hdr;
+		char		data[VARHDRSZ + HL_MAX_NAME_BYTES];
+	}			name;
+} TakenTerm;
+
+static TakenTerm taken[MAX_TAKEN];
+static int	ntaken = 0;
+static bool taken_overflow = false; /* some were not kept: read again */
 static bool xact_callbacks_registered = false;
 
 static HlCandidate *
@@ -108,52 +119,76 @@ leave_at_exit(int code, Datum arg)
 	hl_candidate_leave(false);
 }
 
+/*
+ * Undo the takes of the (sub)transactions at nest level "nest" and deeper,
+ * rolled back: the worker ends those terms (it checks that they are
+ * still handed and not taken).
+ */
 static void
-undo_take(void)
+undo_takes(int nest)
 {
-	if (taken_generation != 0)
-		hl_post_abandoned(&taken_name.hdr, taken_generation);
-	taken_generation = 0;
+	while (ntaken > 0 && taken[ntaken - 1].nest >= nest)
+	{
+		ntaken--;
+		hl_post_abandoned(&taken[ntaken].name.hdr, taken[ntaken].generation);
+	}
+	if (taken_overflow)
+		hl_post_read_again();
+	taken_overflow = false;
 }
 
 static void
 take_xact_callback(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
-		undo_take();
+		undo_takes(0);
 	else if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
 			 event == XACT_EVENT_PREPARE)
-		taken_generation = 0;
+	{
+		ntaken = 0;
+		taken_overflow = false;
+	}
 }
 
 static void
 take_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					  SubTransactionId parentSubid, void *arg)
 {
-	if (taken_generation == 0)
-		return;
-	if (event == SUBXACT_EVENT_ABORT_SUB &&
-		taken_nest >= GetCurrentTransactionNestLevel())
-		undo_take();
-	else if (event == SUBXACT_EVENT_COMMIT_SUB &&
-			 taken_nest >= GetCurrentTransactionNestLevel())
-		taken_nest = GetCurrentTransactionNestLevel() - 1;
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		undo_takes(level);
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		/* the takes of a released savepoint are its parent's now */
+		for (int i = 0; i < ntaken; i++)
+			if (taken[i].nest >= level)
+				taken[i].nest = level - 1;
+	}
 }
 
 /* This transaction's wait took the term of "generation" it was handed */
 static void
 remember_take(const char *name, int namelen, int64 generation)
 {
+	TakenTerm  *t;
+
 	if (!xact_callbacks_registered)
 	{
 		RegisterXactCallback(take_xact_callback, NULL);
 		RegisterSubXactCallback(take_subxact_callback, NULL);
 		xact_callbacks_registered = true;
 	}
-	memcpy(VARDATA(&taken_name.hdr), name, namelen);
-	SET_VARSIZE(&taken_name.hdr, VARHDRSZ + namelen);
-	taken_generation = generation;
-	taken_nest = GetCurrentTransactionNestLevel();
+	if (ntaken >= MAX_TAKEN)
+	{
+		taken_overflow = true;
+		return;
+	}
+	t = &taken[ntaken++];
+	memcpy(VARDATA(&t->name.hdr), name, namelen);
+	SET_VARSIZE(&t->name.hdr, VARHDRSZ + namelen);
+	t->generation = generation;
+	t->nest = GetCurrentTransactionNestLevel();
 }
 
 /*

@@ -28,6 +28,7 @@
 #include "hoplock.h"
 #include "lease.h"
 #include "refusals.h"
+#include "settings.h"
 #include "storage.h"
 #include "termlock.h"
 #include "wakeup.h"
@@ -65,10 +66,12 @@ static bool fenced_outside_block = false;
 
 /*
  * A write by term "generation" of lease "name", which is not the running
- * term ("cur" is the lease's row), is refused: count it as a zombie write
- * if it is one -- a term the lease had, as the history has it (the last
- * one: as the row has it), by a role with the privileges of that term's
- * role (refusals.c).
+ * term ("cur" is the lease's row, generation below its own or equal), is
+ * refused: count it as a zombie write, by a role with the privileges of
+ * that term's role (refusals.c) -- as the history has it; with no history
+ * kept (hoplock.history_size = 0), the role of the lease's last term.  (A
+ * generation the kept history does not have is not counted: one the lease
+ * never had, or a term older than the history keeps.)
  */
 static void
 note_refusal(text *name, int64 generation, const Lease *cur,
@@ -76,7 +79,7 @@ note_refusal(text *name, int64 generation, const Lease *cur,
 {
 	Oid			roleid = cur->owner_roleid;
 
-	if (generation != cur->generation &&
+	if (generation != cur->generation && hl_history_size > 0 &&
 		!hl_history_term_role(name, generation, &roleid))
 		return;
 	hl_refusal_note(name, generation, roleid, cur->generation, kind);

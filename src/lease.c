@@ -307,6 +307,9 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 				return hl_lease_has_state(cur) ? ACTION_NONE : ACTION_NEW_TERM;
 			if (!hl_lease_has_state(cur) || !handle_matches(cur, req->handle))
 				return ACTION_NONE;
+			/* nor is a handed term, untaken, written over */
+			if (held && cur->handed_pid != 0 && !mine)
+				return ACTION_NONE;
 			return mine ? ACTION_EXTEND : ACTION_NEW_TERM;
 
 		case LEASE_OP_DELETE:

@@ -31,6 +31,7 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 typedef struct PendingDeadline
 {
@@ -151,6 +152,23 @@ hl_post_preempt(text *name)
 	memset(&msg, 0, offsetof(HlMessage, name));
 	msg.kind = HL_MSG_PREEMPT;
 	fill_name(&msg, name);
+	hl_post(MyDatabaseId, &msg);
+}
+
+/*
+ * Ask the worker to read the table again (it finds there what messages
+ * could not say: handed terms nobody took), at once.
+ */
+void
+hl_post_read_again(void)
+{
+	HlMessage	msg;
+
+	if (hl_shared == NULL)
+		return;
+	memset(&msg, 0, offsetof(HlMessage, name));
+	msg.kind = HL_MSG_READ_AGAIN;
+	msg.expires_at = GetCurrentTimestamp();
 	hl_post(MyDatabaseId, &msg);
 }
 

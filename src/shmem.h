@@ -293,6 +293,7 @@ extern void hl_post_abandoned(text *name, int64 generation);
 extern void hl_post_handed_at_commit(text *name, int64 generation,
 									 TimestampTz expires_at);
 extern void hl_post_preempt(text *name);
+extern void hl_post_read_again(void);
 extern void hl_mailbox_init(void);
 
 #endif							/* HOPLOCK_SHMEM_H */

@@ -137,6 +137,19 @@ is($node->safe_psql('postgres', qq{SELECT count(*) FROM hoplock_internal.refusal
 is($node->safe_psql('postgres', q{SELECT fences_refused || ',' || writes_refused FROM hoplock_stats WHERE datname = current_database()}),
 	'72,4', 'the database counts every refusal');
 
+# with no history kept, a zombie write is counted by the role of the
+# lease's last term
+$node->safe_psql('postgres', 'ALTER SYSTEM SET hoplock.history_size = 0');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+my $h1 = $node->safe_psql('postgres', q{SET ROLE app; SELECT generation FROM hoplock_acquire('nh', 'a', '1 h')});
+$node->safe_psql('postgres', q{SET ROLE app; SELECT hoplock_force_release('nh'); SELECT hoplock_acquire('nh', 'b', '1 h')});
+($ret, $out, $err) = sql('app', "SELECT hoplock_fence('nh', $h1)");
+like($err, qr/not $h1/, 'with no history kept, a zombie fence is refused');
+is($node->safe_psql('postgres', q{SELECT refused_writes FROM hoplock_leases WHERE name = 'nh'}),
+	'1', '... and counted');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET hoplock.history_size');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+
 # hoplock_stats_reset() forgets them
 $node->safe_psql('postgres', 'SELECT hoplock_stats_reset()');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM hoplock_internal.refusals()}),

@@ -1,15 +1,11 @@
-# Review (failing now): a transaction whose waits took two handed terms,
-# of two names, and then rolls back leaves the first term running for
-# nobody.  candidates.c remembers one taken term per backend
-# (taken_generation, taken_name); the second take overwrites the first, so
-# the abort tells the worker of the second only.  The first keeps its
-# holder's owner, handed_pid naming a session that waits no more, until
-# its ttl ends or the worker happens to read the table.
-#
-# Cases: two takes then ROLLBACK; a take at the top level, a second in a
-# savepoint rolled back to (which clears the one slot), then ROLLBACK;
-# and, as controls, a single take ended by pg_terminate_backend (FATAL)
-# and a take in a released savepoint then ROLLBACK.
+# Handed terms taken in a transaction that rolls back are all ended
+# (found by a review): one transaction's waits may take several handed
+# terms, of several names, some in savepoints; a rollback of the whole, or
+# to a savepoint before a take, ends each term it undid ("abandoned"),
+# not the last alone.  A take in a released savepoint belongs to its
+# parent; a FATAL in the middle of the transaction ends the term too.  And
+# until the candidate takes its term, no other session of its owner
+# writes over it with hoplock_write.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -17,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
 
-my $node = PostgreSQL::Test::Cluster->new('handed_two_takes');
+my $node = PostgreSQL::Test::Cluster->new('handed_takes');
 $node->init;
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'hoplock'");
 $node->start;
@@ -84,6 +80,27 @@ $node->safe_psql('postgres',
 $h->finish;
 sleep 3;
 is(running('fatal_a'), '0', 'fatal: the term ended after the backend was terminated');
+
+# hoplock_write by another session of the candidate's owner, while the
+# candidate (stopped here) has not taken its term: refused
+$node->safe_psql('postgres', "SELECT hoplock_acquire('w_a', 'leader', '1 h')");
+$out = '';
+$h = IPC::Run::start([ 'psql', '-XAtq', '-d', $node->connstr('postgres'), '-c',
+		"SELECT hoplock_wait('w_a', 'standby', '1 h', '30 s') IS NOT NULL" ],
+	'>', \$out, '2>&1');
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM hoplock_candidates WHERE name = 'w_a'") or die 'no candidate';
+my $cpid = $node->safe_psql('postgres', "SELECT pid FROM hoplock_candidates WHERE name = 'w_a'");
+kill 'STOP', $cpid;
+my $handed = hand('w_a');
+my $handle = $node->safe_psql('postgres', "SELECT handle FROM hoplock_read('w_a')");
+is($node->safe_psql('postgres', "SELECT hoplock_write('w_a', '$handle', 'standby', '1 h') IS NULL"),
+	't', 'another session of the owner cannot write over the handed term before it is taken');
+kill 'CONT', $cpid;
+$h->finish;
+is($out, "t\n", 'the candidate takes its term');
+is($node->safe_psql('postgres', "SELECT generation FROM hoplock_holder('w_a')"), $handed,
+	'... the term it was handed');
 
 $node->stop;
 done_testing();
