@@ -234,12 +234,18 @@ def main():
             conn = lead(conn, listener, generation, sent_at)
             generation = None
     except Stop:
-        if generation is not None:
-            try:
+        # The signal may have come while hoplock_wait was granting this
+        # instance a term it has not seen yet: release whatever term this
+        # owner holds (its owner is this process's alone).
+        try:
+            if generation is not None:
                 one(conn, sql.SQL("SELECT {}(%s::text, %s::text, %s::bigint)").format(fn("hoplock_release")),
                     (LEASE, OWNER, generation))
-            except psycopg2.Error:
-                pass
+            else:
+                one(conn, sql.SQL("SELECT {}(%s::text, %s::text)").format(fn("hoplock_release")),
+                    (LEASE, OWNER))
+        except psycopg2.Error:
+            pass
 
 
 if __name__ == "__main__":
