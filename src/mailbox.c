@@ -31,7 +31,6 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
-#include "utils/timestamp.h"
 
 typedef struct PendingDeadline
 {
@@ -56,9 +55,14 @@ fill_name(HlMessage *msg, text *name)
 	memcpy(msg->name, VARDATA_ANY(name), msg->namelen);
 }
 
-/* Tell the worker of "name"'s new deadline once this transaction commits. */
-void
-hl_post_deadline_at_commit(text *name, TimestampTz expires_at)
+/*
+ * Queue a message of "kind" about "name" (expires_at: the term's, for the
+ * coalescing; start: the message's session_start) for this transaction's
+ * commit.
+ */
+static void
+queue_at_commit(HlMessageKind kind, text *name, TimestampTz expires_at,
+				TimestampTz start)
 {
 	PendingDeadline *item;
 
@@ -66,12 +70,37 @@ hl_post_deadline_at_commit(text *name, TimestampTz expires_at)
 		return;
 	item = MemoryContextAllocZero(TopTransactionContext,
 								  sizeof(PendingDeadline));
-	item->msg.kind = HL_MSG_DEADLINE;
+	item->msg.kind = kind;
 	item->msg.expires_at = expires_at;
+	item->msg.session_start = start;
 	fill_name(&item->msg, name);
 	item->nest_level = GetCurrentTransactionNestLevel();
 	item->next = pending;
 	pending = item;
+}
+
+/* Post a message of "kind" about "name" (NULL: none) at once. */
+static void
+post_now(HlMessageKind kind, text *name, int32 pid, TimestampTz start)
+{
+	HlMessage	msg;
+
+	if (hl_shared == NULL)
+		return;
+	memset(&msg, 0, offsetof(HlMessage, name));
+	msg.kind = kind;
+	msg.session_pid = pid;
+	msg.session_start = start;
+	if (name != NULL)
+		fill_name(&msg, name);
+	hl_post(MyDatabaseId, &msg);
+}
+
+/* Tell the worker of "name"'s new deadline once this transaction commits. */
+void
+hl_post_deadline_at_commit(text *name, TimestampTz expires_at)
+{
+	queue_at_commit(HL_MSG_DEADLINE, name, expires_at, 0);
 }
 
 /*
@@ -84,35 +113,14 @@ hl_post_deadline_at_commit(text *name, TimestampTz expires_at)
 void
 hl_post_handed_at_commit(text *name, int64 generation, TimestampTz expires_at)
 {
-	PendingDeadline *item;
-
-	if (hl_shared == NULL)
-		return;
-	item = MemoryContextAllocZero(TopTransactionContext,
-								  sizeof(PendingDeadline));
-	item->msg.kind = HL_MSG_ABANDONED;
-	item->msg.session_start = generation;
-	item->msg.expires_at = expires_at;
-	fill_name(&item->msg, name);
-	item->nest_level = GetCurrentTransactionNestLevel();
-	item->next = pending;
-	pending = item;
+	queue_at_commit(HL_MSG_ABANDONED, name, expires_at, generation);
 }
 
 /* Tell the worker that session (pid, start) ended with "name" bound to it. */
 void
 hl_post_session_end(text *name, int32 pid, TimestampTz start)
 {
-	HlMessage	msg;
-
-	if (hl_shared == NULL)
-		return;
-	memset(&msg, 0, offsetof(HlMessage, name));
-	msg.kind = HL_MSG_SESSION_END;
-	msg.session_pid = pid;
-	msg.session_start = start;
-	fill_name(&msg, name);
-	hl_post(MyDatabaseId, &msg);
+	post_now(HL_MSG_SESSION_END, name, pid, start);
 }
 
 /*
@@ -124,15 +132,7 @@ hl_post_session_end(text *name, int32 pid, TimestampTz start)
 void
 hl_post_abandoned(text *name, int64 generation)
 {
-	HlMessage	msg;
-
-	if (hl_shared == NULL)
-		return;
-	memset(&msg, 0, offsetof(HlMessage, name));
-	msg.kind = HL_MSG_ABANDONED;
-	msg.session_start = generation;
-	fill_name(&msg, name);
-	hl_post(MyDatabaseId, &msg);
+	post_now(HL_MSG_ABANDONED, name, 0, generation);
 }
 
 /*
@@ -145,14 +145,7 @@ hl_post_abandoned(text *name, int64 generation)
 void
 hl_post_preempt(text *name)
 {
-	HlMessage	msg;
-
-	if (hl_shared == NULL)
-		return;
-	memset(&msg, 0, offsetof(HlMessage, name));
-	msg.kind = HL_MSG_PREEMPT;
-	fill_name(&msg, name);
-	hl_post(MyDatabaseId, &msg);
+	post_now(HL_MSG_PREEMPT, name, 0, 0);
 }
 
 /*
@@ -162,14 +155,7 @@ hl_post_preempt(text *name)
 void
 hl_post_read_again(void)
 {
-	HlMessage	msg;
-
-	if (hl_shared == NULL)
-		return;
-	memset(&msg, 0, offsetof(HlMessage, name));
-	msg.kind = HL_MSG_READ_AGAIN;
-	msg.expires_at = GetCurrentTimestamp();
-	hl_post(MyDatabaseId, &msg);
+	post_now(HL_MSG_READ_AGAIN, NULL, 0, 0);
 }
 
 static void
