@@ -5,7 +5,9 @@
 # returns it.  A handoff that rolls back hands nothing: the candidate
 # waits on, and a release then gives it the lease.  After a release that
 # committed first, the handoff finds the term gone.  A candidate arriving
-# while a handoff is in flight is not the one picked.
+# while a handoff is in flight is not the one picked.  A term that lapses
+# while its handoff is in flight is handed, not announced as expired; a
+# handoff after the term lapsed finds it gone.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -93,5 +95,34 @@ is($c1->(), 'c1', 'which gets the term');
 is($c2->(), 'timeout', 'the candidate that arrived meanwhile does not');
 
 $lead->quit;
+# --- expiry: the term lapses while its handoff is in flight ----------------
+sql(q{SELECT hoplock_force_release('H')});
+$g = sql(q{SELECT generation FROM hoplock_acquire('H', 'lead', '1 s')});
+my $before = sql('SELECT coalesce(max(seq), 0) FROM hoplock_events(0)');
+my $cx = candidate('cx', '30 s', 1);
+$lead = $node->background_psql('postgres');
+$lead->query_safe('BEGIN');
+is($lead->query_safe("SELECT owner FROM hoplock_handoff('H', 'lead', $g)"),
+	'cx', 'a handoff in flight near the end of the term');
+sleep 2;    # the term's ttl passes while the handoff is open
+$lead->query_safe('COMMIT');
+$lead->quit;
+is($cx->(), 'cx', 'the term lapsed meanwhile, yet the handoff\'s commit hands it over');
+is(sql("SELECT how FROM hoplock_history WHERE name = 'H' AND generation = $g"),
+	'handed off', 'the old term ended handed off, not expired');
+$node->poll_query_until('postgres', "SELECT count(*) >= 2 FROM hoplock_events($before) WHERE name = 'H'");
+sleep 1;
+is(sql("SELECT string_agg(event, ',' ORDER BY seq) FROM hoplock_events($before) WHERE name = 'H' AND event <> 'renewed'"),
+	'released,acquired', 'one released and one acquired event, no expired');
+
+# --- expiry first: a handoff after the term lapsed finds it gone ----------
+sql(q{SELECT hoplock_force_release('H')});
+$g = sql(q{SELECT generation FROM hoplock_acquire('H', 'lead', '1 s')});
+my $cy = candidate('cy', '30 s', 1);
+is($cy->(), 'cy', 'the term lapsed: the waiting candidate takes the freed lease');
+is(sql("SELECT hoplock_handoff('H', 'lead', $g) IS NULL"), 't',
+	'the old holder\'s handoff afterwards returns NULL');
+is(sql(q{SELECT owner FROM hoplock_holder('H')}), 'cy', 'and the candidate keeps its term');
+
 $node->stop;
 done_testing();
