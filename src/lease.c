@@ -479,6 +479,26 @@ check_names_per_role(HlRelation *rel, Oid roleid)
 }
 
 /*
+ * The row of term "cur" once it has ended, in "state": what belonged to
+ * the running term (its session, value, step-down request, priority,
+ * handed candidate) goes with it; the name, generation and times stay.
+ */
+static void
+ended_row(const Lease *cur, char state, Lease *new)
+{
+	*new = *cur;
+	new->state = state;
+	new->session_pid = 0;
+	new->session_start = 0;
+	new->value = NULL;
+	new->step_down_at = 0;
+	new->step_down_to = NULL;
+	new->priority = 0;
+	new->handed_pid = 0;
+	new->handed_start = 0;
+}
+
+/*
  * Compute the row that "action" writes over "cur" (NULL: no row yet).
  * A new term's generation comes from the floor; returns false if that is
  * contended (*busy: the floor table is locked).
@@ -572,31 +592,13 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			}
 
 		case ACTION_END_TERM:
-			*new = *cur;
-			new->state = LEASE_STATE_RELEASED;
+			ended_row(cur, LEASE_STATE_RELEASED, new);
 			if (hl_lease_is_held(cur, now))
 				new->expires_at = end_of_term(cur, now);
-			new->session_pid = 0;
-			new->session_start = 0;
-			new->value = NULL;
-			new->step_down_at = 0;
-			new->step_down_to = NULL;
-			new->priority = 0;
-			new->handed_pid = 0;
-			new->handed_start = 0;
 			break;
 
 		case ACTION_ANNOUNCE_EXPIRY:
-			*new = *cur;
-			new->state = LEASE_STATE_EXPIRED;
-			new->session_pid = 0;
-			new->session_start = 0;
-			new->value = NULL;
-			new->step_down_at = 0;
-			new->step_down_to = NULL;
-			new->priority = 0;
-			new->handed_pid = 0;
-			new->handed_start = 0;
+			ended_row(cur, LEASE_STATE_EXPIRED, new);
 			break;
 
 		default:
