@@ -52,15 +52,7 @@ func parseFirst(f []string) childFirst {
 
 func (c *child) waitFirst(t *testing.T, within time.Duration) childFirst {
 	t.Helper()
-	select {
-	case s := <-c.firsts:
-		return s
-	case <-c.exited:
-		t.Fatalf("%s exited before leading", c.owner)
-	case <-time.After(within):
-		t.Fatalf("%s: no first write within %v", c.owner, within)
-	}
-	panic("unreachable")
+	return awaitChild(t, c, c.firsts, within, "no first write")
 }
 
 // stamp returns the time of the line "word GEN WALL" the child printed for

@@ -539,13 +539,20 @@ func startChild(t *testing.T, name, owner string, ttl time.Duration, sessionBoun
 
 func (c *child) waitStarted(t *testing.T, within time.Duration) childStart {
 	t.Helper()
+	return awaitChild(t, c, c.started, within, "not leading")
+}
+
+// awaitChild returns what child c sends on ch, failing the test if c exits
+// before, or if nothing comes within the time given ("what": the failure).
+func awaitChild[T any](t *testing.T, c *child, ch <-chan T, within time.Duration, what string) T {
+	t.Helper()
 	select {
-	case s := <-c.started:
+	case s := <-ch:
 		return s
 	case <-c.exited:
 		t.Fatalf("%s exited before leading", c.owner)
 	case <-time.After(within):
-		t.Fatalf("%s: not leading within %v", c.owner, within)
+		t.Fatalf("%s: %s within %v", c.owner, what, within)
 	}
 	panic("unreachable")
 }
