@@ -76,7 +76,8 @@ REGRESS = \
 	truncate_log \
 	handoff \
 	proclaim \
-	step_down
+	step_down \
+	min_hold
 REGRESS_OPTS =
 TEMP_REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
 

@@ -204,13 +204,14 @@ CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, ti
                                          session_bound boolean DEFAULT false,
                                          priority integer DEFAULT 0,
                                          value text DEFAULT NULL,
-                                         preempt boolean DEFAULT false)
+                                         preempt boolean DEFAULT false,
+                                         min_hold interval DEFAULT NULL)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_wait'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 
-COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text, boolean) IS
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text, boolean, interval) IS
     'acquire the lease as soon as it can be had, as a candidate of the given priority (with preempt, asking a holder of lower priority to step down); NULL after timeout';
 
 -- The sessions waiting in hoplock_wait: a freed lease goes to the one
@@ -252,6 +253,9 @@ ALTER TABLE hoplock_internal.lease ADD COLUMN step_down_to text COLLATE "C";
 ALTER TABLE hoplock_internal.lease ADD COLUMN priority integer;
 ALTER TABLE hoplock_internal.lease ADD COLUMN handed_pid integer;
 ALTER TABLE hoplock_internal.lease ADD COLUMN handed_start timestamptz;
+ALTER TABLE hoplock_internal.lease ADD COLUMN hold_until timestamptz;
+COMMENT ON COLUMN hoplock_internal.lease.hold_until IS
+    'acquired_at + min_hold of the term (hoplock_acquire, hoplock_wait): released before then, the name is kept from other owners until then; NULL: no hold, or its end announced';
 COMMENT ON COLUMN hoplock_internal.lease.handed_pid IS
     'the waiting session (its pid, and handed_start its start) a handoff wrote the running term for, until it takes it; NULL: none (the worker ends a handed term nobody took)';
 COMMENT ON COLUMN hoplock_internal.lease.handed_start IS
@@ -275,13 +279,14 @@ COMMENT ON COLUMN @extschema@.hoplock_lease.step_down IS
 DROP FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean);
 CREATE FUNCTION @extschema@.hoplock_acquire(name text, owner text, ttl interval,
                                             session_bound boolean DEFAULT false,
-                                            value text DEFAULT NULL)
+                                            value text DEFAULT NULL,
+                                            min_hold interval DEFAULT NULL)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_acquire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean, text) IS
-    'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it';
+COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean, text, interval) IS
+    'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it (or keeps it: min_hold)';
 
 CREATE FUNCTION @extschema@.hoplock_proclaim(name text, owner text, generation bigint, value text)
 RETURNS boolean
@@ -343,14 +348,19 @@ CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            l.step_down_at,
            l.step_down_to,
            coalesce(l.priority, 0) AS priority,
-           coalesce(r.refused, 0) AS refused_writes
+           coalesce(r.refused, 0) AS refused_writes,
+           CASE WHEN l.hold_until OPERATOR(pg_catalog.>) c.now THEN l.hold_until END AS hold_until
       FROM hoplock_internal.lease AS l
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
            LEFT JOIN (SELECT f.name COLLATE "C" AS name,
                              pg_catalog.sum(f.fences OPERATOR(pg_catalog.+) f.writes)::pg_catalog.int8 AS refused
                         FROM hoplock_internal.refusals() AS f
                        GROUP BY 1) AS r ON r.name OPERATOR(pg_catalog.=) l.name
-     WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
+     WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char"
+        OR l.hold_until OPERATOR(pg_catalog.>) c.now;
+
+COMMENT ON VIEW @extschema@.hoplock_leases IS
+    'one row per lease that is held, has expired without being released, or was released during its hold (min_hold) that still keeps it';
 
 DROP FUNCTION @extschema@.hoplock_events(bigint);
 CREATE FUNCTION @extschema@.hoplock_events(since bigint DEFAULT 0,
@@ -373,8 +383,8 @@ BEGIN
     FOR r IN SELECT v.new::pg_catalog.regprocedure AS new,
                     pg_catalog.current_setting('hoplock_update.' OPERATOR(pg_catalog.||) v.key, true) AS acl
                FROM (VALUES
-                   ('wait', '@extschema@.hoplock_wait(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool, pg_catalog.int4, pg_catalog.text, pg_catalog.bool)'),
-                   ('acquire', '@extschema@.hoplock_acquire(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool, pg_catalog.text)'),
+                   ('wait', '@extschema@.hoplock_wait(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool, pg_catalog.int4, pg_catalog.text, pg_catalog.bool, pg_catalog.interval)'),
+                   ('acquire', '@extschema@.hoplock_acquire(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool, pg_catalog.text, pg_catalog.interval)'),
                    ('events', '@extschema@.hoplock_events(pg_catalog.int8)')) AS v(key, new)
     LOOP
         CONTINUE WHEN r.acl IS NULL OR r.acl OPERATOR(pg_catalog.=) '';

@@ -43,6 +43,7 @@ CREATE TABLE hoplock_internal.lease (
     priority      integer,
     handed_pid    integer,
     handed_start  timestamptz,
+    hold_until    timestamptz,
     CONSTRAINT lease_pkey PRIMARY KEY (name),
     CONSTRAINT lease_state_check CHECK (state OPERATOR(pg_catalog.=) ANY ('{h,x,r}'::"char"[])),
     CONSTRAINT lease_generation_check CHECK (generation OPERATOR(pg_catalog.>) 0)
@@ -66,6 +67,8 @@ COMMENT ON COLUMN hoplock_internal.lease.handed_pid IS
     'the waiting session (its pid, and handed_start its start) a handoff wrote the running term for, until it takes it; NULL: none (the worker ends a handed term nobody took)';
 COMMENT ON COLUMN hoplock_internal.lease.handed_start IS
     'the start of the session handed_pid names';
+COMMENT ON COLUMN hoplock_internal.lease.hold_until IS
+    'acquired_at + min_hold of the term (hoplock_acquire, hoplock_wait): released before then, the name is kept from other owners until then; NULL: no hold, or its end announced';
 COMMENT ON COLUMN hoplock_internal.lease.version IS
     'version of the row, new at every write: the handle (NULL: not written since 1.1)';
 
@@ -121,24 +124,26 @@ COMMENT ON COLUMN @extschema@.hoplock_lease.step_down IS
 
 CREATE FUNCTION @extschema@.hoplock_acquire(name text, owner text, ttl interval,
                                             session_bound boolean DEFAULT false,
-                                            value text DEFAULT NULL)
+                                            value text DEFAULT NULL,
+                                            min_hold interval DEFAULT NULL)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_acquire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean, text) IS
-    'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it';
+COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean, text, interval) IS
+    'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it (or keeps it: min_hold)';
 
 CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, timeout interval,
                                          session_bound boolean DEFAULT false,
                                          priority integer DEFAULT 0,
                                          value text DEFAULT NULL,
-                                         preempt boolean DEFAULT false)
+                                         preempt boolean DEFAULT false,
+                                         min_hold interval DEFAULT NULL)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_wait'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text, boolean) IS
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text, boolean, interval) IS
     'acquire the lease as soon as it can be had, as a candidate of the given priority (with preempt, asking a holder of lower priority to step down); NULL after timeout';
 
 CREATE FUNCTION @extschema@.hoplock_renew(name text, owner text, ttl interval)
@@ -299,19 +304,21 @@ CREATE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            l.step_down_at,
            l.step_down_to,
            coalesce(l.priority, 0) AS priority,
-           coalesce(r.refused, 0) AS refused_writes
+           coalesce(r.refused, 0) AS refused_writes,
+           CASE WHEN l.hold_until OPERATOR(pg_catalog.>) c.now THEN l.hold_until END AS hold_until
       FROM hoplock_internal.lease AS l
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
            LEFT JOIN (SELECT f.name COLLATE "C" AS name,
                              pg_catalog.sum(f.fences OPERATOR(pg_catalog.+) f.writes)::pg_catalog.int8 AS refused
                         FROM hoplock_internal.refusals() AS f
                        GROUP BY 1) AS r ON r.name OPERATOR(pg_catalog.=) l.name
-     WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char";
+     WHERE l.state OPERATOR(pg_catalog.<>) 'r'::"char"
+        OR l.hold_until OPERATOR(pg_catalog.>) c.now;
 
 GRANT SELECT ON @extschema@.hoplock_leases TO PUBLIC;
 
 COMMENT ON VIEW @extschema@.hoplock_leases IS
-    'one row per lease that is held or has expired without being released';
+    'one row per lease that is held, has expired without being released, or was released during its hold (min_hold) that still keeps it';
 
 -- Every database hoplock should serve (in every database): its expiry
 -- worker, or why it has none.

@@ -187,6 +187,38 @@ hl_arg_ttl(FunctionCallInfo fcinfo, int argno)
 	return usecs;
 }
 
+/*
+ * A min_hold, in microseconds (0: NULL, none): positive, and no longer than
+ * the ttl "ttl" it comes with -- the term's first expiry covers its hold,
+ * so an expiry never ends a term inside its hold.
+ */
+int64
+hl_arg_min_hold(FunctionCallInfo fcinfo, int argno, int64 ttl)
+{
+	int64		usecs;
+
+	/* (not given: a call through 1.1's SQL definition) */
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return 0;
+	usecs = interval_usecs(fcinfo, argno, "min_hold");
+	if (usecs <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("min_hold \"%s\" is not positive",
+						interval_text(fcinfo, argno)),
+				 errhint("Pass NULL for no hold.")));
+	if (usecs > ttl)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("min_hold \"%s\" is longer than the ttl",
+						interval_text(fcinfo, argno)),
+				 errdetail("The min_hold is %.6f seconds; the ttl is %.6f seconds.",
+						   (double) usecs / USECS_PER_SEC,
+						   (double) ttl / USECS_PER_SEC),
+				 errhint("A term's first ttl must cover its hold: raise the ttl, or shorten the hold.")));
+	return usecs;
+}
+
 /* A timeout, in microseconds: zero or more. */
 int64
 hl_arg_timeout(FunctionCallInfo fcinfo, int argno)

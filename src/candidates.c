@@ -193,13 +193,15 @@ remember_take(const char *name, int namelen, int64 generation)
 
 /*
  * This backend waits for lease "name" as "owner", with "priority", for a
- * term of "ttl", bound to the session or not, with "value" (NULL: none),
+ * term of "ttl" (and "min_hold", 0: none), bound to the session or not,
+ * with "value" (NULL: none),
  * should it be handed one, preempting a holder of lower priority or not:
  * enter it among the lease's candidates.  Nothing without shared memory.
  */
 void
 hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
-				   bool session_bound, text *value, bool preempt)
+				   int64 min_hold, bool session_bound, text *value,
+				   bool preempt)
 {
 	HlCandidate *me;
 	HlWaitKey	key;
@@ -221,6 +223,7 @@ hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
 	me->roleid = GetUserId();
 	me->since = GetCurrentTimestamp();
 	me->ttl = ttl;
+	me->min_hold = min_hold;
 	me->session_bound = session_bound;
 	me->preempt = preempt;
 	me->session_start = MyStartTimestamp;
@@ -476,6 +479,7 @@ hl_candidate_pick(text *name, text *to_owner, Oid term_roleid,
 										   found[best].ownerlen);
 	pick->roleid = found[best].roleid;
 	pick->ttl = found[best].ttl;
+	pick->min_hold = found[best].min_hold;
 	pick->session_bound = found[best].session_bound;
 	pick->priority = found[best].priority;
 	pick->pid = found[best].pid;

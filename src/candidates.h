@@ -29,6 +29,7 @@ typedef struct HlCandidatePick
 	text	   *owner;
 	Oid			roleid;
 	int64		ttl;
+	int64		min_hold;		/* 0: none */
 	bool		session_bound;
 	int32		priority;
 	int32		pid;
@@ -39,8 +40,8 @@ typedef struct HlCandidatePick
 } HlCandidatePick;
 
 extern void hl_candidate_enter(text *name, text *owner, int32 priority,
-							   int64 ttl, bool session_bound, text *value,
-							   bool preempt);
+							   int64 ttl, int64 min_hold, bool session_bound,
+							   text *value, bool preempt);
 extern bool hl_candidate_pick(text *name, text *to_owner, Oid term_roleid,
 							  HlCandidatePick *pick);
 extern text *hl_candidate_preemptor(text *name, int32 term_priority,

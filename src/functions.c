@@ -100,6 +100,7 @@ hoplock_acquire(PG_FUNCTION_ARGS)
 	req.ttl = hl_arg_ttl(fcinfo, 2);
 	req.session_bound = hl_arg_bool(fcinfo, 3, "session_bound");
 	req.value = hl_arg_value(fcinfo, 4);
+	req.min_hold = hl_arg_min_hold(fcinfo, 5, req.ttl);
 	if (req.session_bound)
 		hl_session_prepare();
 	return cas_returning_lease(fcinfo, &req);
@@ -126,6 +127,7 @@ hoplock_wait(PG_FUNCTION_ARGS)
 	req.priority = hl_arg_int32(fcinfo, 5, "priority");
 	req.value = hl_arg_value(fcinfo, 6);
 	req.preempt = hl_arg_bool(fcinfo, 7, "preempt");
+	req.min_hold = hl_arg_min_hold(fcinfo, 8, req.ttl);
 	if (req.session_bound)
 		hl_session_prepare();
 

@@ -65,6 +65,9 @@ typedef struct Lease
 								 * waiting session, which has not taken it
 								 * yet; 0: none */
 	TimestampTz handed_start;	/* ... that session's start */
+	TimestampTz hold_until;		/* min_hold: a running term's, or a
+								 * released one's until the worker
+								 * announces its end; 0: none */
 } Lease;
 
 /* Longest handle text, including the terminating NUL. */
@@ -76,6 +79,17 @@ hl_lease_is_held(const Lease *lease, TimestampTz now)
 {
 	return lease != NULL && lease->state == LEASE_STATE_HELD &&
 		now < lease->expires_at;
+}
+
+/*
+ * The name is kept from other owners by the hold of a term released early
+ * (min_hold).
+ */
+static inline bool
+hl_lease_in_hold(const Lease *lease, TimestampTz now)
+{
+	return lease != NULL && lease->state == LEASE_STATE_RELEASED &&
+		lease->hold_until != 0 && now < lease->hold_until;
 }
 
 /* The row describes a term, running or lapsed, rather than nothing. */

@@ -92,7 +92,8 @@ typedef enum LeaseAction
 	ACTION_ANNOUNCE_EXPIRY,		/* the term lapsed: mark it announced */
 	ACTION_HANDOFF,				/* end the term, begin a candidate's */
 	ACTION_PROCLAIM,			/* same term, a new value */
-	ACTION_STEP_DOWN			/* same term, a step-down asked of it */
+	ACTION_STEP_DOWN,			/* same term, a step-down asked of it */
+	ACTION_END_HOLD				/* a released term's hold is over: say so */
 } LeaseAction;
 
 /* ---------------------------------------------------------------------
@@ -267,6 +268,37 @@ fetch_for_update(HlRelation *rel, text *name, LeaseVersion *version)
  * The decision
  * ---------------------------------------------------------------------
  */
+
+static TimestampTz end_of_term(const Lease *cur, TimestampTz now);
+
+/*
+ * Does the hold of a term released early (min_hold) keep the name from
+ * this caller?  From every owner but the term's, and from the term's owner
+ * in a role without the privileges of the term's role.
+ */
+static bool
+kept_by_hold(const LeaseRequest *req, const Lease *cur, TimestampTz now)
+{
+	if (!hl_lease_in_hold(cur, now))
+		return false;
+	return !(hl_text_equal(cur->owner, req->owner) &&
+			 has_privs_of_role(GetUserId(), cur->owner_roleid));
+}
+
+/*
+ * Does the term "cur", ended now by "req", keep the name for the rest of
+ * its hold?  When its holder releases it, or its session ends, before the
+ * hold is over; not when an operator forces it, a delete or a write ends
+ * it, or a handoff gives the name to a candidate on purpose.  (An expiry
+ * comes after the hold: a term's first ttl covers it.)
+ */
+static bool
+keeps_hold(const LeaseRequest *req, const Lease *cur, TimestampTz now)
+{
+	return (req->op == LEASE_OP_RELEASE || req->op == LEASE_OP_SESSION_END) &&
+		hl_lease_is_held(cur, now) && cur->hold_until > end_of_term(cur, now);
+}
+
 static LeaseAction
 decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 {
@@ -290,7 +322,8 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 	{
 		case LEASE_OP_ACQUIRE:
 			if (!held)
-				return ACTION_NEW_TERM;
+				return kept_by_hold(req, cur, now) ? ACTION_HELD_ELSEWHERE :
+					ACTION_NEW_TERM;
 			return mine ? ACTION_EXTEND : ACTION_HELD_ELSEWHERE;
 
 		case LEASE_OP_RENEW:
@@ -300,11 +333,15 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 			return term_ok ? ACTION_END_TERM : ACTION_NONE;
 
 		case LEASE_OP_FORCE_RELEASE:
-			return held ? ACTION_END_TERM : ACTION_NONE;
+			if (held)
+				return ACTION_END_TERM;
+			/* the operator's override ends a hold too */
+			return hl_lease_in_hold(cur, now) ? ACTION_END_HOLD : ACTION_NONE;
 
 		case LEASE_OP_WRITE:
 			if (req->handle == NULL)
-				return hl_lease_has_state(cur) ? ACTION_NONE : ACTION_NEW_TERM;
+				return hl_lease_has_state(cur) || kept_by_hold(req, cur, now) ?
+					ACTION_NONE : ACTION_NEW_TERM;
 			if (!hl_lease_has_state(cur) || !handle_matches(cur, req->handle))
 				return ACTION_NONE;
 			/* nor is a handed term, untaken, written over */
@@ -321,6 +358,10 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 			if (cur != NULL && cur->state == LEASE_STATE_HELD &&
 				now >= cur->expires_at)
 				return ACTION_ANNOUNCE_EXPIRY;
+			/* ... or the end of a released term's hold */
+			if (cur != NULL && cur->state == LEASE_STATE_RELEASED &&
+				cur->hold_until != 0 && now >= cur->hold_until)
+				return ACTION_END_HOLD;
 			return ACTION_NONE;
 
 		case LEASE_OP_SESSION_END:
@@ -413,6 +454,20 @@ announce_end(const LeaseRequest *req, const Lease *cur, TimestampTz now,
 }
 
 /*
+ * Queue the "freed" event of a released term whose hold is over, or ended
+ * by force: its expires_at is the instant the name became free.
+ */
+static void
+announce_hold_end(const Lease *cur, TimestampTz now)
+{
+	Lease		freed = *cur;
+
+	freed.expires_at = Min(now, cur->hold_until);
+	freed.value = NULL;
+	hl_event("freed", &freed);
+}
+
+/*
  * Privileges an action needs beyond EXECUTE on the function: extending or
  * ending someone's running term needs membership in its role.
  * force_release is the operator's override and needs none.
@@ -496,6 +551,7 @@ ended_row(const Lease *cur, char state, Lease *new)
 	new->priority = 0;
 	new->handed_pid = 0;
 	new->handed_start = 0;
+	new->hold_until = 0;
 }
 
 /*
@@ -558,6 +614,8 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				new->expires_at = add_ttl(begin, req->ttl);
 				new->value = req->value;
 				new->priority = req->priority;
+				if (req->min_hold > 0)
+					new->hold_until = add_ttl(begin, req->min_hold);
 				break;
 			}
 
@@ -580,6 +638,8 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				new->expires_at = add_ttl(begin, pick->ttl);
 				new->value = pick->value;
 				new->priority = pick->priority;
+				if (pick->min_hold > 0)
+					new->hold_until = add_ttl(begin, pick->min_hold);
 				/* not taken until the candidate's wait extends it */
 				new->handed_pid = pick->pid;
 				new->handed_start = pick->session_start;
@@ -595,6 +655,13 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			ended_row(cur, LEASE_STATE_RELEASED, new);
 			if (hl_lease_is_held(cur, now))
 				new->expires_at = end_of_term(cur, now);
+			if (keeps_hold(req, cur, now))
+				new->hold_until = cur->hold_until;
+			break;
+
+		case ACTION_END_HOLD:
+			*new = *cur;
+			new->hold_until = 0;
 			break;
 
 		case ACTION_ANNOUNCE_EXPIRY:
@@ -651,6 +718,10 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 		case ACTION_NEW_TERM:
 			if (cur != NULL)
 				announce_end(req, cur, now, true);
+			/* a hold that ran out, not announced yet, is announced first */
+			if (cur != NULL && cur->state == LEASE_STATE_RELEASED &&
+				cur->hold_until != 0 && now >= cur->hold_until)
+				announce_hold_end(cur, now);
 			hl_event("acquired", written);
 			hl_history_begin(written);
 			hl_count(HL_COUNT_TERMS_BEGUN);
@@ -658,6 +729,13 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			break;
 		case ACTION_END_TERM:
 			announce_end(req, cur, now, false);
+			/* the worker says when a hold the term keeps is over */
+			if (written->hold_until != 0)
+				hl_post_deadline_at_commit(written->name, written->hold_until);
+			break;
+		case ACTION_END_HOLD:
+			announce_hold_end(cur, now);
+			hl_wake_waiters_at_end(written->name);
 			break;
 		case ACTION_ANNOUNCE_EXPIRY:
 			announce_end(req, cur, now, false);
@@ -1139,7 +1217,8 @@ hl_lease_blocker(text *name, HlBlockerKind *kind)
 
 /*
  * Forget lease "name": remove its row, if its last term ended (released,
- * or lapsed and announced) before "ended_before" (0: any time), first
+ * or lapsed and announced) before "ended_before" (0: any time), and no
+ * hold of it is left to announce (min_hold), first
  * raising the generation floor's "forgotten" to its generation, so that
  * the name, if it comes back, starts above every generation it had.  A
  * caller that raised the floor for a whole batch passes the generation it
@@ -1169,6 +1248,7 @@ hl_forget(text *name, TimestampTz ended_before, int64 floor_raised)
 		hl_version_release(&cur);
 		if (!cur.found || TransactionIdIsValid(cur.inflight) ||
 			cur.lease.state == LEASE_STATE_HELD ||
+			cur.lease.hold_until != 0 ||
 			(ended_before != 0 && cur.lease.expires_at >= ended_before) ||
 			(floor_raised != 0 && cur.lease.generation > floor_raised))
 			break;

@@ -49,6 +49,9 @@ typedef struct LeaseRequest
 								 * the first candidate */
 	text	   *value;			/* acquire, wait, proclaim: the value;
 								 * NULL: none */
+	int64		min_hold;		/* acquire, wait: microseconds a term
+								 * released early keeps the name from
+								 * other owners; 0: none */
 	int32		session_pid;	/* session_end: the session that ended */
 	TimestampTz session_start;
 	bool		busy_is_contention; /* a locked table is contention (waits,

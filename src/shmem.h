@@ -203,6 +203,7 @@ typedef struct HlCandidate
 	uint64		seq;			/* order of arrival, across the server */
 	TimestampTz since;
 	int64		ttl;			/* its term's, should it be handed one */
+	int64		min_hold;		/* ... and that term's min_hold; 0: none */
 	bool		session_bound;
 	bool		preempt;		/* asks a holder of lower priority to step
 								 * down (hoplock_wait's preempt) */

@@ -65,7 +65,8 @@ enum
 	Anum_lease_priority,
 	Anum_lease_handed_pid,
 	Anum_lease_handed_start,
-	Natts_lease = Anum_lease_handed_start
+	Anum_lease_hold_until,
+	Natts_lease = Anum_lease_hold_until
 };
 
 static Datum
@@ -131,6 +132,8 @@ lease_from_slot(TupleTableSlot *slot, Lease *lease)
 		lease->handed_pid = DatumGetInt32(slot->tts_values[Anum_lease_handed_pid - 1]);
 		lease->handed_start = DatumGetTimestampTz(slot->tts_values[Anum_lease_handed_start - 1]);
 	}
+	lease->hold_until = slot->tts_isnull[Anum_lease_hold_until - 1] ? 0 :
+		DatumGetTimestampTz(slot->tts_values[Anum_lease_hold_until - 1]);
 
 	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
 	lease->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
@@ -312,6 +315,8 @@ form_tuple(HlRelation *rel, const Lease *lease)
 	values[Anum_lease_handed_start - 1] = TimestampTzGetDatum(lease->handed_start);
 	nulls[Anum_lease_handed_pid - 1] = (lease->handed_pid == 0);
 	nulls[Anum_lease_handed_start - 1] = (lease->handed_pid == 0);
+	values[Anum_lease_hold_until - 1] = TimestampTzGetDatum(lease->hold_until);
+	nulls[Anum_lease_hold_until - 1] = (lease->hold_until == 0);
 
 	return heap_form_tuple(RelationGetDescr(rel->heap), values, nulls);
 }

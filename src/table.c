@@ -97,6 +97,7 @@ static const ColumnSpec lease_columns[] = {
 	{"priority", INT4OID, false},
 	{"handed_pid", INT4OID, false},
 	{"handed_start", TIMESTAMPTZOID, false},
+	{"hold_until", TIMESTAMPTZOID, false},
 };
 
 static const ColumnSpec history_columns[] = {

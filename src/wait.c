@@ -197,17 +197,22 @@ wait_loop(LeaseRequest *req, TimestampTz deadline, ConditionVariable *cv,
 		/*
 		 * Held by another: sleep until its term lapses, unless woken before
 		 * (a release, an announced expiry, a renewal moving the expiry
-		 * earlier).  Free but not to be had (a term change or a fence in
-		 * flight): until it is woken, or a second at most.  Nothing seen: the
-		 * table was locked, and nobody will say when not.
+		 * earlier).  Kept by the hold of a term released early: until the
+		 * hold is over, unless woken before (its end announced, or forced).
+		 * Free but not to be had (a term change or a fence in flight): until
+		 * it is woken, or a second at most.  Nothing seen: the table was
+		 * locked, and nobody will say when not.
 		 */
 		wake = deadline;
 		if (found && hl_lease_is_held(&seen, now))
 			wake = Min(wake, seen.expires_at);
+		else if (found && hl_lease_in_hold(&seen, now))
+			wake = Min(wake, seen.hold_until);
 		ms = hl_ms_until(now, wake);
 		if (!found && outcome == LEASE_CONTENDED)
 			ms = Min(ms, BUSY_SLEEP_MS);
-		else if (!(found && hl_lease_is_held(&seen, now)))
+		else if (!(found && (hl_lease_is_held(&seen, now) ||
+							 hl_lease_in_hold(&seen, now))))
 			ms = Min(ms, SLEEP_MAX_MS);
 
 		if (!waited)
@@ -297,6 +302,7 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 	{
 		/* a candidate from now on: a freed lease goes to the first */
 		hl_candidate_enter(req->name, req->owner, req->priority, req->ttl,
+						   req->min_hold,
 						   req->session_bound, req->value, req->preempt);
 		acquired = wait_loop(req, deadline, cv, result);
 	}

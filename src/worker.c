@@ -269,11 +269,18 @@ remember_session_end(const char *name, int namelen, int32 pid,
 static bool
 scan_row(const Lease *lease, void *arg)
 {
-	if (lease->state != LEASE_STATE_HELD)
-		return true;
-
 	/* no hoplock function writes such a name: the table was written to */
 	if (VARSIZE_ANY_EXHDR(lease->name) > HL_MAX_NAME_BYTES)
+		return true;
+
+	/* a released term's hold, whose end is to be announced */
+	if (lease->state == LEASE_STATE_RELEASED && lease->hold_until != 0)
+	{
+		hl_schedule_add(schedule, VARDATA_ANY(lease->name),
+						VARSIZE_ANY_EXHDR(lease->name), lease->hold_until);
+		return true;
+	}
+	if (lease->state != LEASE_STATE_HELD)
 		return true;
 
 	/* a term bound to a session that is gone */
@@ -341,7 +348,9 @@ sweep_row(const Lease *lease, void *arg)
 {
 	SweepRound *round = (SweepRound *) arg;
 
+	/* (nor one whose hold's end is still to be announced) */
 	if (lease->state != LEASE_STATE_HELD && lease->expires_at < round->cutoff &&
+		lease->hold_until == 0 &&
 		VARSIZE_ANY_EXHDR(lease->name) <= HL_MAX_NAME_BYTES)
 	{
 		MemoryContext old = MemoryContextSwitchTo(round->context);
@@ -740,7 +749,11 @@ look_at(const char *name, int namelen, int64 *announced, int64 *lag)
 	outcome = hl_lease_cas(&req, &result, &found);
 	now = GetCurrentTimestamp();
 
-	if (outcome == LEASE_DONE)
+	if (outcome == LEASE_DONE && result.state == LEASE_STATE_RELEASED)
+	{
+		/* the end of a released term's hold, announced */
+	}
+	else if (outcome == LEASE_DONE)
 	{
 		(*announced)++;
 		*lag = now - result.expires_at;
@@ -761,6 +774,9 @@ look_at(const char *name, int namelen, int64 *announced, int64 *lag)
 	}
 	else if (found && result.state == LEASE_STATE_HELD)
 		hl_schedule_add(schedule, name, namelen, result.expires_at);
+	else if (found && result.state == LEASE_STATE_RELEASED &&
+			 result.hold_until != 0)
+		hl_schedule_add(schedule, name, namelen, result.hold_until);
 	else if (found && result.state == LEASE_STATE_EXPIRED)
 		watch_fence(name, namelen, req.name, &result, now);
 }

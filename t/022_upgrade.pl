@@ -313,7 +313,7 @@ my @mutations = (
 	[ 'a trigger',                 q{CREATE TRIGGER t AFTER UPDATE ON hoplock_internal.history FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()} ],
 	[ 'a sequence',                q{ALTER SEQUENCE hoplock_internal.event_seq CACHE 10} ],
 	[ 'a type',                    q{ALTER TYPE hoplock.hoplock_lease ADD ATTRIBUTE extra int} ],
-	[ 'a comment',                 q{COMMENT ON FUNCTION hoplock.hoplock_acquire(text, text, interval, boolean, text) IS NULL} ],
+	[ 'a comment',                 q{COMMENT ON FUNCTION hoplock.hoplock_acquire(text, text, interval, boolean, text, interval) IS NULL} ],
 	[ 'a column comment',          q{COMMENT ON COLUMN hoplock_internal.lease.owner_roleid IS NULL} ],
 	[ 'the schema comment',        q{COMMENT ON SCHEMA hoplock_internal IS 'x'} ],
 	[ 'a configuration table\'s condition', q{UPDATE pg_extension SET extcondition[1] = 'WHERE true' WHERE extname = 'hoplock'} ],
