@@ -67,7 +67,7 @@ my $line = sub { diag(sprintf('%-22s %s', @_)) };
 diag("torture: $seconds s, $clients clients, seed $run->{seed}, history in $dir");
 $line->('calls', "$n->{calls} (" . join(', ', map { "$_ " . ($n->{"calls_$_"} // 0) } qw(acquire wait renew release handoff proclaim step_down fenced vanish)) . ')');
 $line->('terms', "$n->{terms} (" . join(', ', map { my $k = $_; $k =~ s/^ended_//; "$k $n->{$_}" } sort grep { /^ended_/ } keys %$n) . ')');
-$line->('grants', "$n->{granted} acquired or waited for ($n->{session_bound} session-bound), $n->{contended} contended calls");
+$line->('grants', "$n->{granted} acquired or waited for ($n->{session_bound} session-bound, $n->{min_hold} with min_hold), $n->{contended} contended calls");
 $line->('renewals', "$n->{renewed} renewed, $n->{renew_null} NULL, $n->{renew_late} late");
 $line->('fenced writes', "$n->{fenced_rows} rows committed, $n->{fenced_committed} of $n->{fenced_txns} transactions ("
 	  . join(', ', map { "$_ " . ($n->{"fenced_$_"} // 0) } ('READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE'))
@@ -81,7 +81,7 @@ $line->('promotions', ($f->{promote_sync} // 0) . ' synchronous (' . ($f->{stall
 $line->('clock steps', ($f->{clock} // 0) . ' forward and back');
 $line->('maintenance', ($f->{vacuum_full} // 0) . ' VACUUM FULL, ' . ($f->{reindex} // 0) . ' REINDEX CONCURRENTLY');
 $line->('events', "$n->{events_notified} notified ("
-	  . join(', ', map { "$_ " . ($n->{"notified_$_"} // 0) } qw(acquired renewed released expired proclaimed step_down))
+	  . join(', ', map { "$_ " . ($n->{"notified_$_"} // 0) } qw(acquired renewed released freed expired proclaimed step_down))
 	  . "), $n->{events_final} in hoplock_events(0)");
 $line->('errors', join(', ', map { my $k = $_; $k =~ s/^sqlstate_//; "$k $n->{$_}" } sort grep { /^sqlstate_/ } keys %$n)
 	  . "; $n->{unknown_outcome} calls of unknown outcome");

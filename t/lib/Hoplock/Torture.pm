@@ -66,8 +66,8 @@ sub us { return "(extract(epoch FROM $_[0]) * 1000000)::bigint"; }
 my $LEASE_COLS = 'r.generation, r.owner, ' . us('r.acquired_at') . ' AS acquired_at, '
   . us('r.expires_at') . ' AS expires_at, r.step_down, ' . us('clock_timestamp()') . ' AS server_time';
 my %SQL = (
-	acquire => "SELECT $LEASE_COLS FROM hoplock.hoplock_acquire(\$1, \$2, \$3::interval, \$4::boolean) AS r",
-	wait => "SELECT $LEASE_COLS FROM hoplock.hoplock_wait(\$1, \$2, \$3::interval, \$4::interval, \$5::boolean) AS r",
+	acquire => "SELECT $LEASE_COLS FROM hoplock.hoplock_acquire(\$1, \$2, \$3::interval, \$4::boolean, min_hold => \$5::interval) AS r",
+	wait => "SELECT $LEASE_COLS FROM hoplock.hoplock_wait(\$1, \$2, \$3::interval, \$4::interval, \$5::boolean, min_hold => \$6::interval) AS r",
 	renew => "SELECT $LEASE_COLS FROM hoplock.hoplock_renew(\$1, \$2, \$3::interval, \$4::bigint) AS r",
 	release => 'SELECT hoplock.hoplock_release($1, $2, $3::bigint) AS ok, ' . us('clock_timestamp()') . ' AS server_time',
 	handoff => "SELECT $LEASE_COLS FROM hoplock.hoplock_handoff(\$1, \$2, \$3::bigint) AS r",
@@ -363,22 +363,26 @@ sub follow_step
 	my $n   = $NAMES[ int(rand(@NAMES)) ];
 	my $ttl = 50 + int(rand(451));
 	my $sb  = rand() < 0.2 ? 1 : 0;
-	my $rec = { name => $n, owner => $self->{owner}, ttl => $ttl, session_bound => $sb };
+	# now and then a hold: released early, the name stays kept from others
+	my $hold = rand() < 0.3 ? int($ttl / 2 + rand($ttl / 2)) : undef;
+	my $rec = { name => $n, owner => $self->{owner}, ttl => $ttl, session_bound => $sb, min_hold => $hold };
+	my $hold_arg = defined $hold ? "$hold milliseconds" : undef;
 	if (rand() < 0.5)
 	{
-		$self->lease_call('acquire', $rec, $n, $self->{owner}, "$ttl milliseconds", $sb ? 'true' : 'false');
+		$self->lease_call('acquire', $rec, $n, $self->{owner}, "$ttl milliseconds", $sb ? 'true' : 'false', $hold_arg);
 	}
 	else
 	{
 		$rec->{timeout} = 50 + int(rand(750));
 		$self->lease_call('wait', $rec, $n, $self->{owner}, "$ttl milliseconds",
-			"$rec->{timeout} milliseconds", $sb ? 'true' : 'false');
+			"$rec->{timeout} milliseconds", $sb ? 'true' : 'false', $hold_arg);
 	}
 	if ($rec->{result})
 	{
 		$self->{lead} = {
 			name => $n, generation => $rec->{result}{generation}, ttl => $ttl,
-			session_bound => $sb, last => $rec->{called_at} };
+			session_bound => $sb, last => $rec->{called_at}, min_hold => $hold,
+			granted => $rec->{called_at} };
 	}
 	elsif ($rec->{unknown_outcome})
 	{
@@ -433,6 +437,15 @@ sub lead_step
 			$self->lease_call('step_down', $rec, $n);
 			$self->new_owner if $rec->{unknown_outcome};
 		}
+		return;
+	}
+	if ($L->{min_hold} && mono() < $L->{granted} + $L->{min_hold} / 1000 && rand() < 0.2)
+	{
+		# released within its hold: the name stays kept from other owners
+		my $rec = { name => $L->{name}, owner => $self->{owner}, generation => $L->{generation} };
+		$self->lease_call('release', $rec, $L->{name}, $self->{owner}, $L->{generation});
+		$self->new_owner if $rec->{unknown_outcome};
+		$self->{lead} = undef;
 		return;
 	}
 	if ($x < 0.07 || $L->{step_down})

@@ -281,6 +281,10 @@ our @FUNCS = (
 		[qw(name owner ttl timeout priority value bool)], 'lease', 1.5 ],
 	[ acquire_value => sprintf($LEASE, 'hoplock_acquire($1::text, $2::text, $3::interval, value => $4::text)'),
 		[qw(name owner ttl value)], 'lease', 2 ],
+	[ acquire_hold => sprintf($LEASE, 'hoplock_acquire($1::text, $2::text, $3::interval, min_hold => $4::interval)'),
+		[qw(name owner ttl min_hold)], 'lease', 2 ],
+	[ wait_hold => sprintf($LEASE, 'hoplock_wait($1::text, $2::text, $3::interval, $4::interval, min_hold => $5::interval)'),
+		[qw(name owner ttl timeout min_hold)], 'lease', 0.5 ],
 	[ handoff => sprintf($LEASE, 'hoplock_handoff($1::text, $2::text, $3::bigint, $4::text)'),
 		[qw(name owner gen to_owner)], 'lease', 3 ],
 	[ proclaim => 'SELECT hoplock_proclaim($1::text, $2::text, $3::bigint, $4::text)',
@@ -301,7 +305,7 @@ our @FUNCS = (
 our %TYPE_OF = (
 	name => 'text', owner => 'text', ttl => 'interval', timeout => 'interval', gen => 'bigint',
 	bool => 'boolean', prev_handle => 'text', handle => 'text', since => 'bigint',
-	priority => 'integer', value => 'text', to_owner => 'text');
+	priority => 'integer', value => 'text', to_owner => 'text', min_hold => 'interval');
 
 sub gen_args
 {
@@ -317,6 +321,7 @@ sub gen_args
 		elsif ($k eq 'to_owner' || $k eq 'value') { $v = chance(0.3) ? undef : gen_owner($c) }
 		elsif ($k eq 'priority') { $v = gen_priority() }
 		elsif ($k eq 'ttl') { $v = gen_ttl($c) }
+		elsif ($k eq 'min_hold') { $v = chance(0.2) ? undef : gen_ttl($c) }
 		elsif ($k eq 'timeout') { $v = gen_timeout($c) }
 		elsif ($k eq 'gen') { $v = gen_generation($c, $name) }
 		elsif ($k eq 'bool') { $v = gen_bool() }

@@ -181,8 +181,8 @@ sub argument
 {
 	my ($c, $kind, $lit, $server_version) = @_;
 	return 'ok' if $kind eq 'prev_handle' || $kind eq 'since';
-	# a handoff to the first candidate, no value: NULL is an answer
-	return 'ok' if ($kind eq 'to_owner' || $kind eq 'value') && $lit->{null};
+	# a handoff to the first candidate, no value, no hold: NULL is an answer
+	return 'ok' if ($kind eq 'to_owner' || $kind eq 'value' || $kind eq 'min_hold') && $lit->{null};
 	return '22004' if $lit->{null};
 	if ($kind eq 'name' || $kind eq 'owner' || $kind eq 'to_owner' || $kind eq 'value')
 	{
@@ -200,7 +200,7 @@ sub argument
 		return '22023' if grep { $_ < 0x20 || $_ == 0x7f || ($_ >= 0x80 && $_ <= 0x9f) } @$cps;
 		return 'ok';
 	}
-	if ($kind eq 'ttl' || $kind eq 'timeout')
+	if ($kind eq 'ttl' || $kind eq 'timeout' || $kind eq 'min_hold')
 	{
 		# (extract gives a double before PostgreSQL 14: not exact enough)
 		return 'unknown' if $server_version < 140000;
@@ -213,6 +213,10 @@ sub argument
 			my $max = $c->{settings}{max_ttl} * 1_000_000;
 			# exact comparisons of integers that may not fit a double
 			return '22023' if cmp_int($us, $max) > 0 || cmp_int($us, 0) <= 0;
+		}
+		elsif ($kind eq 'min_hold')
+		{
+			return '22023' if cmp_int($us, 0) <= 0;
 		}
 		else
 		{
@@ -279,6 +283,13 @@ sub call
 		my $j = argument($c, $kinds->[$i], lit_of($r, $i), $r->{server_version});
 		if ($j eq 'unknown') { $unknown = 1 }
 		elsif ($j ne 'ok') { push @bad, "$kinds->[$i]:$j" }
+	}
+	# a min_hold longer than the ttl it comes with, the others good
+	my %at = map { $kinds->[$_] => $_ } 0 .. $#$kinds;
+	if (!$unknown && !@bad && exists $at{min_hold} && defined $args->[ $at{min_hold} ])
+	{
+		my ($hold, $ttl) = map { lit_of($r, $at{$_})->{usecs} } qw(min_hold ttl);
+		push @bad, 'min_hold:22023' if cmp_int($hold, $ttl) > 0;
 	}
 	$out->{arguments} = $unknown ? 'undecided' : @bad ? 'bad' : 'good';
 	my $may_execute = !$privileged || $c->{su}

@@ -65,11 +65,12 @@ our @CHECKS = (
 	[ fenced_term => 'every committed fenced row belongs to the term that held the lease at its commit, and to a term its writer was granted' ],
 	[ fenced_order => 'a name\'s fenced rows, in id (commit) order, never go back in generation' ],
 	[ fenced_durable => 'acknowledged fenced commits survive (synchronous_commit = on); rolled-back ones left no row' ],
-	[ events_stream => 'each listener connection saw, per name, acquired(g) (renewed|proclaimed|step_down)(g)* then released(g) or expired(g), then acquired(g\' > g)' ],
+	[ events_stream => 'each listener connection saw, per name, acquired(g) (renewed|proclaimed|step_down)(g)* then released(g) [freed(g)] or expired(g), then acquired(g\' > g)' ],
 	[ events_once => 'no term is announced as begun or ended twice, across crashes (listeners and hoplock_events(0))' ],
 	[ events_history => 'hoplock_events(0) is well formed per name and holds every event the listeners were sent' ],
 	[ final_state => 'at the end every lapsed term is announced, the lease table agrees with the history, and amcheck finds nothing' ],
 	[ no_crash => 'no server process crashed but the ones killed on purpose (no PANIC, assertion or signal but SIGKILL)' ],
+	[ hold => 'a term released (or ended with its session) within its min_hold kept its name from other owners until acquired_at + min_hold (final history)' ],
 	[ async_suffix => 'a promotion loses at most the last terms of each name: the replaced primary\'s history, cut at the end' ],
 );
 
@@ -171,6 +172,8 @@ sub bad_step
 		return undef if $e->{event} =~ /^(renewed|proclaimed|step_down|released|expired)$/ && $e->{generation} == $prev->{generation};
 		return "after $prev->{event}(g=$prev->{generation}) came $e->{event}(g=$e->{generation})";
 	}
+	# the hold of a term released early, over
+	return undef if $prev->{event} eq 'released' && $e->{event} eq 'freed' && $e->{generation} == $prev->{generation};
 	return undef if $e->{event} eq 'acquired' && $e->{generation} > $prev->{generation};
 	return "after $prev->{event}(g=$prev->{generation}) came $e->{event}(g=$e->{generation})";
 }
@@ -512,6 +515,26 @@ sub check
 		}
 	}
 
+	# --- hold --------------------------------------------------------------------
+	# the min_hold of each term, from the calls that were granted it (us)
+	my %hold;
+	$hold{"$_->{name}\0$_->{result}{generation}"} = $_->{min_hold} * 1000
+	  for grep { acked_result($_) && $_->{min_hold} } @calls;
+	for my $n (sort keys %$fterms)
+	{
+		my $list = $fterms->{$n};
+		for my $i (0 .. $#$list - 1)
+		{
+			my ($t, $u) = @$list[ $i, $i + 1 ];
+			my $us = $hold{"$n\0$t->{generation}"} or next;
+			next unless defined $t->{how} && $t->{how} =~ /^(released|session ended)$/;
+			my $until = $t->{acquired_at} + $us;
+			next if $t->{ended_at} >= $until || $u->{owner} eq $t->{owner};
+			push @{ $v{hold} }, "$n: term g=$u->{generation} of $u->{owner} began at $u->{acquired_at}, within the hold of g=$t->{generation} of $t->{owner} (until $until)"
+			  if $u->{acquired_at} < $until;
+		}
+	}
+
 	# --- events_stream ------------------------------------------------------------
 	my %conn;
 	push @{ $conn{"$_->{listener}/$_->{connection}"} }, $_ for grep { $_->{source} eq 'notify' } @{ $h->{notes} };
@@ -642,6 +665,7 @@ sub counts
 	$n{released} = grep { $_->{kind} eq 'release' && !$_->{sqlstate} && $_->{ok} } @calls;
 	$n{handed_off} = grep { $_->{kind} eq 'handoff' && !$_->{sqlstate} && $_->{result} } @calls;
 	$n{handoff_null} = grep { $_->{kind} eq 'handoff' && !$_->{sqlstate} && !$_->{result} } @calls;
+	$n{min_hold} = grep { $_->{kind} =~ /^(acquire|wait)$/ && acked_result($_) && $_->{min_hold} } @calls;
 	$n{session_bound} = grep { $_->{kind} =~ /^(acquire|wait)$/ && acked_result($_) && $_->{session_bound} } @calls;
 	my @f = grep { $_->{kind} eq 'fenced' } @calls;
 	$n{fenced_txns} = @f;
@@ -678,7 +702,7 @@ sub sample
 		{ %c, client => 1, kind => 'renew', name => 'a', owner => 'o1', generation => 1, called_at => 1.3, returned_at => 1.35, result => { generation => 1, owner => 'o1', acquired_at => $s, expires_at => $s + 600_000 }, server_time => $s + 300_000 },
 		{ %c, client => 2, kind => 'acquire', name => 'a', owner => 'o2', called_at => 1.4, returned_at => 1.45, result => undef, server_time => $s + 400_000 },
 		{ %c, client => 1, kind => 'renew', name => 'a', owner => 'o1', generation => 1, called_at => 2.0, returned_at => 2.05, result => undef, server_time => $s + 1_000_000 },
-		{ %c, client => 2, kind => 'wait', name => 'a', owner => 'o2', called_at => 1.5, returned_at => 1.65, result => { generation => 2, owner => 'o2', acquired_at => $s + 600_000, expires_at => $s + 900_000 }, server_time => $s + 600_000 },
+		{ %c, client => 2, kind => 'wait', name => 'a', owner => 'o2', min_hold => 300, called_at => 1.5, returned_at => 1.65, result => { generation => 2, owner => 'o2', acquired_at => $s + 600_000, expires_at => $s + 900_000 }, server_time => $s + 600_000 },
 		{ %c, client => 2, kind => 'fenced', name => 'a', generation => 2, called_at => 1.7, returned_at => 1.75, ok => 1, ids => [2], tag => 'c2.1' },
 		{ %c, client => 1, kind => 'fenced', name => 'a', generation => 1, called_at => 2.1, returned_at => 2.15, sqlstate => '55P03', ids => [], tag => 'c1.2' },
 		{ %c, client => 2, kind => 'release', name => 'a', owner => 'o2', generation => 2, called_at => 1.8, returned_at => 1.85, ok => 1, server_time => $s + 800_000 },
@@ -738,6 +762,9 @@ our @MUTATIONS = (
 	[ events_history => 'an event sent that hoplock_events(0) does not have', sub { splice(@{ $_[0]{final}{events} }, 3, 1) } ],
 	[ final_state => 'the lease row disagrees with the history', sub { $_[0]{final}{leases}[0]{state} = 'x' } ],
 	[ no_crash => 'a server process crashed', sub { push @{ $_[0]{final}{crashes} }, 'LOG: server process (PID 1) was terminated by signal 11' } ],
+	[ hold => 'another owner\'s term began within the hold of a term released early', sub {
+		my $hist = $_[0]{final}{history};
+		push @$hist, { %{ $hist->[1] }, generation => 3, owner => 'o1', acquired_at => $hist->[1]{ended_at} + 50_000, ended_at => undef, how => undef } } ],
 	[ async_suffix => 'a promotion lost a term in the middle', sub {
 		my $old = $_[0]{old}{9}{history};
 		push @$old, { %{ $old->[1] }, generation => 3, acquired_at => $old->[1]{ended_at}, ended_at => $old->[1]{ended_at} + 1 };
