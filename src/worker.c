@@ -1109,8 +1109,31 @@ sleep_until_due(TimestampTz next_session)
 	LWLockRelease(my_slot->lock);
 
 	if (wake > now)
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 hl_ms_until(now, wake), PG_WAIT_EXTENSION);
+	{
+		/*
+		 * The latch waits in whole milliseconds: wait the whole ones, then
+		 * the rest, under a millisecond, in a plain sleep, so that a
+		 * deadline is met to the microsecond rather than up to a
+		 * millisecond late.  (A message posted meanwhile waits that long
+		 * at most; a signal ends the sleep.)
+		 */
+		long		ms = (long) Min((wake - now) / 1000, (int64) PG_INT32_MAX);
+		int			rc = 0;
+
+		if (ms > 0)
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						   ms, PG_WAIT_EXTENSION);
+		if (!(rc & WL_LATCH_SET))
+		{
+			now = GetCurrentTimestamp();
+			if (wake > now && wake - now < 1000)
+			{
+				pgstat_report_wait_start(PG_WAIT_EXTENSION);
+				pg_usleep((long) (wake - now));
+				pgstat_report_wait_end();
+			}
+		}
+	}
 	ResetLatch(MyLatch);
 }
 
