@@ -291,7 +291,8 @@ CREATE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            l.acquired_at,
            l.renewed_at,
            l.expires_at,
-           l.expires_at OPERATOR(pg_catalog.<=) c.now AS expired,
+           l.state OPERATOR(pg_catalog.<>) 'r'::"char"
+               AND l.expires_at OPERATOR(pg_catalog.<=) c.now AS expired,
            CASE WHEN l.expires_at OPERATOR(pg_catalog.>) c.now
                 THEN l.expires_at OPERATOR(pg_catalog.-) c.now
                 ELSE '0'::pg_catalog.interval

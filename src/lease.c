@@ -289,14 +289,17 @@ kept_by_hold(const LeaseRequest *req, const Lease *cur, TimestampTz now)
  * Does the term "cur", ended now by "req", keep the name for the rest of
  * its hold?  When its holder releases it, or its session ends, before the
  * hold is over; not when an operator forces it, a delete or a write ends
- * it, or a handoff gives the name to a candidate on purpose.  (An expiry
- * comes after the hold: a term's first ttl covers it.)
+ * it, or a handoff gives the name to a candidate on purpose; nor a term
+ * handed to a candidate that never took it, however it ends (its session
+ * may be found gone before the candidate is).  (An expiry comes after the
+ * hold: a term's first ttl covers it.)
  */
 static bool
 keeps_hold(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 {
 	return (req->op == LEASE_OP_RELEASE || req->op == LEASE_OP_SESSION_END) &&
-		hl_lease_is_held(cur, now) && cur->hold_until > end_of_term(cur, now);
+		hl_lease_is_held(cur, now) && cur->handed_pid == 0 &&
+		cur->hold_until > end_of_term(cur, now);
 }
 
 static LeaseAction
@@ -401,10 +404,16 @@ end_of_term(const Lease *cur, TimestampTz now)
 	return Max(now, cur->acquired_at);
 }
 
-/* How a running term ended, for the history */
+/*
+ * How a running term "cur" ended, for the history.  A term handed to a
+ * candidate that never took it was abandoned, whichever the worker found
+ * gone first, the candidate's wait or its session.
+ */
 static const char *
-how_ended(const LeaseRequest *req)
+how_ended(const LeaseRequest *req, const Lease *cur)
 {
+	if (req->op == LEASE_OP_SESSION_END && cur->handed_pid != 0)
+		return "abandoned";
 	switch (req->op)
 	{
 		case LEASE_OP_FORCE_RELEASE:
@@ -440,7 +449,7 @@ announce_end(const LeaseRequest *req, const Lease *cur, TimestampTz now,
 
 		ended.expires_at = end_of_term(cur, now);
 		hl_event("released", &ended);
-		hl_history_end(cur, ended.expires_at, how_ended(req));
+		hl_history_end(cur, ended.expires_at, how_ended(req, cur));
 		hl_count(req->op == LEASE_OP_FORCE_RELEASE ?
 				 HL_COUNT_FORCE_RELEASES : HL_COUNT_RELEASES);
 	}
@@ -1039,8 +1048,13 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	else
 		action = decide(req, curp, now);
 
-	/* a free lease goes to its first candidate, if it has any */
+	/*
+	 * A free lease goes to its first candidate, if it has any.  (Not a
+	 * name in the hold of a term released early: only the term's owner
+	 * gets this far, and the hold keeps every candidate out.)
+	 */
 	if (action == ACTION_NEW_TERM && req->op == LEASE_OP_ACQUIRE &&
+		!hl_lease_in_hold(curp, now) &&
 		!hl_candidate_may_take(req->name))
 		action = ACTION_HELD_ELSEWHERE;
 

@@ -77,7 +77,8 @@ cmp_ok($waited, '<', 4, "it waited for the hold's end, about 3 s after the term 
 q1(q{SELECT hoplock_acquire('r', 'A', '1 h', min_hold => '6 s')});
 q1(q{SELECT hoplock_release('r', 'A')});
 q1(q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'hoplock worker'});
-$node->restart('immediate');
+$node->stop('immediate');
+$node->start;
 is(q1(q{SELECT coalesce((hoplock_acquire('r', 'B', '1 h')).owner, 'kept')}), 'kept',
 	'after an immediate restart the hold still keeps the name');
 $node->poll_query_until('postgres', q{SELECT count(*) = 1 FROM hoplock_events(0) WHERE name = 'r' AND event = 'freed'})
