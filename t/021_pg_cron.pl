@@ -20,6 +20,13 @@
 #    its session, ttl + hoplock.hung_holder_timeout after the term began, and
 #    its writes roll back -- behind dblink too, where the lease is free at
 #    that moment and the section fails when it tries to commit.
+#  - once per tick: two jobs standing for two nodes, one of them a few
+#    seconds late each minute (node-a in odd minutes, node-b in even ones),
+#    run the same body: acquire with min_hold (30 s, the period is 1 min),
+#    do the work, release.  Every minute exactly one of them does the work,
+#    whichever comes first; the other finds the name kept.  Without
+#    min_hold (the control) both do it, every minute.  The same through
+#    cron_gate.run(..., min_hold), which logs the skip and why.
 use strict;
 use warnings;
 use lib 't/lib';
@@ -90,6 +97,43 @@ $node->safe_psql('other', 'CREATE SCHEMA hoplock; CREATE EXTENSION hoplock SCHEM
 $node->safe_psql('other', $gate);
 $node->safe_psql('other', $gate_remote);
 $node->safe_psql('other', $test_objects);
+
+# Once per tick.  The body a node's job runs: the work (a row in
+# tick_runs) only if the lease can be had; min_hold keeps it from the other
+# node for the rest of the tick once the work is done and the lease
+# released.  tick_node stands for a node's schedule: node-a's job runs 4 s
+# late in odd minutes, node-b's in even ones.
+$node->safe_psql('postgres', q{
+CREATE TABLE tick_runs (lease text NOT NULL, node text NOT NULL, ran boolean NOT NULL,
+                        at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE FUNCTION once_per_tick(tick_lease text, node text, hold interval) RETURNS void
+LANGUAGE plpgsql AS $f$
+BEGIN
+    IF (hoplock.hoplock_acquire(tick_lease, node, '1 min', min_hold => hold)).generation IS NULL THEN
+        INSERT INTO tick_runs (lease, node, ran) VALUES (tick_lease, node, false);
+        RETURN;
+    END IF;
+    INSERT INTO tick_runs (lease, node, ran) VALUES (tick_lease, node, true);
+    PERFORM hoplock.hoplock_release(tick_lease, node);
+END
+$f$;
+CREATE PROCEDURE tick_node(tick_lease text, node text, hold interval)
+LANGUAGE plpgsql AS $p$
+BEGIN
+    PERFORM pg_sleep(CASE WHEN (extract(epoch FROM date_trunc('minute', now()))::bigint / 60 % 2 = 0)
+                              = (node = 'node-b')
+                          THEN 4 ELSE 0 END);
+    COMMIT;
+    IF tick_lease = 'tick-gate' THEN
+        CALL cron_gate.run(tick_lease, '1 min',
+            format('INSERT INTO tick_runs (lease, node, ran) VALUES (%L, %L, true)', tick_lease, node),
+            hold);
+    ELSE
+        PERFORM once_per_tick(tick_lease, node, hold);
+    END IF;
+END
+$p$;
+});
 
 sub q_pg { return $node->safe_psql('postgres', $_[0]); }
 
@@ -214,6 +258,12 @@ q_pg(q{
 	SELECT cron.schedule_in_database('overrun-remote', '* * * * *',
 		$$CALL cron_gate.run_via('} . $lease_db . q{', 'overrun-remote', '15 s',
 		  'INSERT INTO marks VALUES (''overrun-remote''); SELECT pg_sleep(25)')$$, 'other');
+	SELECT cron.schedule('tick-a', '* * * * *', $$CALL tick_node('tick', 'node-a', '30 s')$$);
+	SELECT cron.schedule('tick-b', '* * * * *', $$CALL tick_node('tick', 'node-b', '30 s')$$);
+	SELECT cron.schedule('tick-ctl-a', '* * * * *', $$CALL tick_node('tick-ctl', 'node-a', NULL)$$);
+	SELECT cron.schedule('tick-ctl-b', '* * * * *', $$CALL tick_node('tick-ctl', 'node-b', NULL)$$);
+	SELECT cron.schedule('tick-gate-a', '* * * * *', $$CALL tick_node('tick-gate', 'node-a', '30 s')$$);
+	SELECT cron.schedule('tick-gate-b', '* * * * *', $$CALL tick_node('tick-gate', 'node-b', '30 s')$$);
 	COMMIT;
 });
 
@@ -348,6 +398,47 @@ my ($cross) = q_pg(q{
 cmp_ok($cross, '>', 0, "the lease excluded jobs across databases ($cross skips for a holder in the other one)");
 is(q_pg(q{SELECT count(DISTINCT due) FROM cron_gate.log WHERE lease = 'report' AND database = 'other'}), '3',
 	'D, in database other, went through the gate in postgres every minute');
+
+# --- Once per tick ------------------------------------------------------------
+# Three minutes; in each, the run that comes first does the work.
+ok(wait_until(qq{SELECT (SELECT count(*) FROM tick_runs WHERE lease IN ('tick', 'tick-ctl') AND at >= '$m2') = 4
+		AND (SELECT count(*) FROM cron_gate.log WHERE lease = 'tick-gate' AND due = '$m2' AND outcome <> 'running') = 2},
+	q_pg(qq{SELECT extract(epoch FROM '$m2'::timestamptz + interval '40 s' - clock_timestamp())})),
+	'once per tick: the third minute\'s runs are done');
+q_pg(q{SELECT cron.unschedule(jobname) FROM cron.job WHERE jobname LIKE 'tick-%'});
+for my $lease ('tick', 'tick-ctl', 'tick-gate')
+{
+	note "$lease: " . join(', ', split /\n/, q_pg(qq{
+		SELECT node || (CASE WHEN ran THEN ' ran ' ELSE ' skipped ' END)
+		       || round(extract(epoch FROM at - '$m')::numeric, 1)
+		  FROM tick_runs WHERE lease = '$lease' AND at >= '$m' ORDER BY at}));
+}
+# per minute: the node that came first, and the nodes that did the work
+my @ticks = split /\n/, q_pg(qq{
+	SELECT extract(epoch FROM t - '$m')::int,
+	       CASE WHEN extract(epoch FROM t)::bigint / 60 % 2 = 0 THEN 'node-a' ELSE 'node-b' END,
+	       (SELECT coalesce(string_agg(node, ',' ORDER BY at), '') FROM tick_runs
+	         WHERE lease = 'tick' AND ran AND at >= t AND at < t + interval '1 min'),
+	       (SELECT coalesce(string_agg(node, ',' ORDER BY at), '') FROM tick_runs
+	         WHERE lease = 'tick-ctl' AND ran AND at >= t AND at < t + interval '1 min'),
+	       (SELECT coalesce(string_agg(node, ',' ORDER BY at), '') FROM tick_runs
+	         WHERE lease = 'tick-gate' AND ran AND at >= t AND at < t + interval '1 min'),
+	       (SELECT count(*) FROM cron_gate.log WHERE lease = 'tick-gate' AND due = t
+	           AND outcome = 'skipped' AND reason LIKE '%its hold keeps the lease until%')
+	  FROM generate_series('$m'::timestamptz, '$m2', '1 min') AS t});
+is(scalar(@ticks), 3, 'once per tick: three minutes');
+for (@ticks)
+{
+	my ($at, $first, $tick, $ctl, $gated, $kept) = split /\|/;
+	my $second = $first eq 'node-a' ? 'node-b' : 'node-a';
+	is($tick, $first, "once per tick, minute at $at s: only $first, which came first, did the work");
+	is($ctl, "$first,$second", "once per tick, minute at $at s: without min_hold, both did");
+	is($gated, $first, "once per tick, minute at $at s: cron_gate.run with min_hold ran $first only");
+	is($kept, 1, "once per tick, minute at $at s: and logged $second skipped, the lease kept by the hold");
+}
+is(q_pg(qq{SELECT string_agg(floor(extract(epoch FROM at - '$m'))::text, ',' ORDER BY seq)
+	FROM hoplock.hoplock_events(0) WHERE name = 'tick' AND event = 'freed' AND at < '$m2'}), '30,90',
+	'once per tick: the worker announced the end of each hold, 30 s into the minute');
 
 # --- Same name, another database: not excluded -----------------------------
 my @c = sections(q{job = 'C'});

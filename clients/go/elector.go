@@ -92,6 +92,20 @@ type Elector struct {
 	// no values (hoplock 1.1).
 	Value string
 
+	// MinHold, if positive, is how long each term this Elector begins
+	// keeps the lease from other owners at least: a term released (or
+	// ended with its session) sooner than MinHold after it began keeps
+	// the lease free of any other owner until then, as if still held,
+	// though this Elector no longer leads; this Elector (its Owner) may
+	// take it again meanwhile. A term handed over (Handoff, a step-down,
+	// a graceful stop with a candidate waiting) keeps no hold. For work
+	// that must run at most once per period, whoever runs it. At most
+	// TTL. Only with a backend that implements CandidateWaiter and can
+	// hold terms (the postgres backend, against hoplock 1.2 and later):
+	// with any other, Lead and Run return an error wrapping
+	// ErrUnsupported rather than lead without the hold.
+	MinHold time.Duration
+
 	active atomic.Value // *term: the running term, for Handoff
 }
 
@@ -132,7 +146,7 @@ func (e *Elector) config() (*elector, error) {
 		e:              e,
 		b:              e.Backend,
 		owner:          e.Owner,
-		cand:           Candidate{Priority: e.Priority, Value: e.Value},
+		cand:           Candidate{Priority: e.Priority, Value: e.Value, MinHold: e.MinHold},
 		ttl:            e.TTL,
 		renew:          e.Renew,
 		poll:           e.Poll,
@@ -152,6 +166,9 @@ func (e *Elector) config() (*elector, error) {
 	}
 	if c.renew <= 0 || c.renew >= c.ttl {
 		return nil, fmt.Errorf("hoplock: Elector.Renew (%v) must be positive and less than TTL (%v)", c.renew, c.ttl)
+	}
+	if c.cand.MinHold < 0 || c.cand.MinHold > c.ttl {
+		return nil, fmt.Errorf("hoplock: Elector.MinHold (%v) must not be negative nor more than TTL (%v)", c.cand.MinHold, c.ttl)
 	}
 	if c.poll == 0 {
 		c.poll = c.renew
@@ -188,6 +205,9 @@ func (e *Elector) config() (*elector, error) {
 	c.cwaiter, _ = e.Backend.(CandidateWaiter)
 	c.procl, _ = e.Backend.(Proclaimer)
 	c.handoff, _ = e.Backend.(HandOffer)
+	if c.cand.MinHold > 0 && c.cwaiter == nil {
+		return nil, fmt.Errorf("hoplock: Elector.MinHold needs a backend that implements CandidateWaiter: %w", ErrUnsupported)
+	}
 	return c, nil
 }
 

@@ -190,6 +190,10 @@ func TestConfigErrors(t *testing.T) {
 		{Backend: m, Owner: "a", TTL: -time.Second},
 		{Backend: m, Owner: "a", TTL: time.Second, Renew: time.Second},
 		{Backend: m, Owner: "a", TTL: time.Second, Poll: -1},
+		{Backend: m, Owner: "a", TTL: time.Second, MinHold: -1},
+		{Backend: m, Owner: "a", TTL: time.Second, MinHold: 2 * time.Second},
+		// the memory backend cannot hold terms
+		{Backend: m, Owner: "a", TTL: time.Second, MinHold: time.Second},
 	} {
 		err := e.Lead(context.Background(), func(context.Context, hoplock.Lease) error { return nil })
 		if err == nil {
@@ -199,6 +203,15 @@ func TestConfigErrors(t *testing.T) {
 		if !ok || ev.Kind != hoplock.EventLost || ev.Err == nil {
 			t.Errorf("Run with %+v: first event %+v", *e, ev)
 		}
+	}
+}
+
+// A MinHold the backend cannot keep is refused, never ignored.
+func TestMinHoldUnsupported(t *testing.T) {
+	e := &hoplock.Elector{Backend: memory.New(), Owner: "a", TTL: time.Second, MinHold: time.Second}
+	err := e.Lead(context.Background(), func(context.Context, hoplock.Lease) error { return nil })
+	if !errors.Is(err, hoplock.ErrUnsupported) {
+		t.Errorf("Lead with MinHold on the memory backend: %v, want ErrUnsupported", err)
 	}
 }
 

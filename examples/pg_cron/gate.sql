@@ -10,10 +10,16 @@
 --   SELECT cron.schedule('rollup', '* * * * *',
 --       $$CALL cron_gate.run('rollup', '10 min', 'CALL rollup_step()')$$);
 --
--- cron_gate.run(lease, ttl, command):
+-- cron_gate.run(lease, ttl, command [, min_hold]):
 --   * takes the lease for at most ttl, bound to the job's session, under a
 --     fresh owner 'cron:<database>:<pid>:<nonce>'; if another run holds
 --     it, the run is skipped, at once;
+--   * with min_hold (hoplock 1.2), a run that ends early keeps the lease
+--     from other runs until min_hold after its term began: a run of
+--     another job, or of the same job on another server, due in the same
+--     minute but a few seconds later is skipped too.  So at most one run
+--     per tick does the work: give a min_hold shorter than the period and
+--     no longer than ttl.  A run whose command fails keeps the hold too;
 --   * skips the run too if a term of the lease was running when the run
 --     was due -- at the start of the minute it started in -- and has ended
 --     since.  pg_cron 1.4 does not start a job again while its previous run
@@ -90,8 +96,12 @@ CREATE INDEX IF NOT EXISTS log_pid ON cron_gate.log (pid, at);
 
 -- The gate, one statement, so that gate_remote.sql can call it through
 -- dblink: the lease for this run, or a row of NULLs and a logged skip.
+-- (min_hold is a new argument: drop the signatures that came before it)
+DROP FUNCTION IF EXISTS cron_gate.enter(text, interval, timestamptz, name, integer);
+DROP PROCEDURE IF EXISTS cron_gate.run(text, interval, text);
 CREATE OR REPLACE FUNCTION cron_gate.enter(lease text, ttl interval, due timestamptz,
                                            job_database name, job_pid integer,
+                                           min_hold interval DEFAULT NULL,
                                            OUT owner text, OUT generation bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -99,6 +109,10 @@ AS $$
 DECLARE
     last record;
     term hoplock.hoplock_lease;
+    kept_owner text;
+    kept_generation bigint;
+    kept_since timestamptz;
+    kept_until timestamptz;
 BEGIN
     -- A term held the lease when this run was due, and has ended since:
     -- pg_cron queued the run behind its previous one, or started it late.
@@ -117,17 +131,34 @@ BEGIN
         RETURN;
     END IF;
 
-    term := hoplock.hoplock_acquire(enter.lease,
-                format('cron:%s:%s:%s', job_database, job_pid, left(md5(random()::text), 6)),
-                ttl, session_bound => true);
+    owner := format('cron:%s:%s:%s', job_database, job_pid, left(md5(random()::text), 6));
+    IF enter.min_hold IS NULL THEN
+        -- (without min_hold, hoplock before 1.2 does too)
+        term := hoplock.hoplock_acquire(enter.lease, owner, ttl, session_bound => true);
+    ELSE
+        term := hoplock.hoplock_acquire(enter.lease, owner, ttl, session_bound => true,
+                                        min_hold => enter.min_hold);
+    END IF;
     IF term.generation IS NULL THEN
-        -- held by another run, or being taken by one right now
+        -- held by another run, kept by the hold of one that ended
+        -- (min_hold), or being taken by one right now
+        owner := NULL;
         term := hoplock.hoplock_holder(enter.lease);
+        IF term.generation IS NULL AND enter.min_hold IS NOT NULL THEN
+            SELECT l.owner, l.generation, l.acquired_at, l.hold_until
+              INTO kept_owner, kept_generation, kept_since, kept_until
+              FROM hoplock.hoplock_leases AS l
+             WHERE l.name = enter.lease AND l.hold_until IS NOT NULL;
+        END IF;
         INSERT INTO cron_gate.log (lease, database, pid, due, outcome, owner, generation, reason)
-        VALUES (enter.lease, job_database, job_pid, due, 'skipped', term.owner, term.generation,
-                CASE WHEN term.generation IS NULL
-                     THEN 'another run was taking the lease'
-                     ELSE format('%s held the lease (since %s)', term.owner, term.acquired_at)
+        VALUES (enter.lease, job_database, job_pid, due, 'skipped',
+                coalesce(term.owner, kept_owner), coalesce(term.generation, kept_generation),
+                CASE WHEN term.generation IS NOT NULL
+                     THEN format('%s held the lease (since %s)', term.owner, term.acquired_at)
+                     WHEN kept_until IS NOT NULL
+                     THEN format('%s ran (since %s); its hold keeps the lease until %s',
+                                 kept_owner, kept_since, kept_until)
+                     ELSE 'another run was taking the lease'
                 END);
         RETURN;
     END IF;
@@ -158,11 +189,12 @@ BEGIN
 END
 $$;
 
--- The job's command: CALL cron_gate.run(lease, ttl, command).  A
--- procedure, so that the term is committed -- visible in hoplock_leases,
--- announced, bound to this session -- before the section begins.  The
--- command runs in one transaction and must not COMMIT itself.
-CREATE OR REPLACE PROCEDURE cron_gate.run(lease text, ttl interval, command text)
+-- The job's command: CALL cron_gate.run(lease, ttl, command [, min_hold]).
+-- A procedure, so that the term is committed -- visible in
+-- hoplock_leases, announced, bound to this session -- before the section
+-- begins.  The command runs in one transaction and must not COMMIT itself.
+CREATE OR REPLACE PROCEDURE cron_gate.run(lease text, ttl interval, command text,
+                                          min_hold interval DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -174,7 +206,8 @@ DECLARE
 BEGIN
     SELECT e.owner, e.generation INTO term
       FROM cron_gate.enter(lease, ttl, pg_catalog.date_trunc('minute', pg_catalog.now()),
-                           pg_catalog.current_database(), pg_catalog.pg_backend_pid()) AS e;
+                           pg_catalog.current_database(), pg_catalog.pg_backend_pid(),
+                           min_hold) AS e;
     IF term.generation IS NULL THEN
         RETURN;                 -- skipped, and logged
     END IF;

@@ -32,7 +32,7 @@
 --
 -- In the lease's database, job_owner needs the grants gate.sql lists.
 --
--- cron_gate.run_via(lease_db, lease, ttl, command) does what
+-- cron_gate.run_via(lease_db, lease, ttl, command [, min_hold]) does what
 -- cron_gate.run does, with the lease, and the log, in the database that
 -- lease_db -- the name of a foreign server with a user mapping, or a
 -- dblink connection string without a password -- connects to:
@@ -79,7 +79,10 @@ $check$;
 CREATE SCHEMA IF NOT EXISTS cron_gate;
 CREATE EXTENSION IF NOT EXISTS dblink SCHEMA cron_gate;
 
-CREATE OR REPLACE PROCEDURE cron_gate.run_via(lease_db text, lease text, ttl interval, command text)
+-- (min_hold is a new argument: drop the signature that came before it)
+DROP PROCEDURE IF EXISTS cron_gate.run_via(text, text, interval, text);
+CREATE OR REPLACE PROCEDURE cron_gate.run_via(lease_db text, lease text, ttl interval, command text,
+                                              min_hold interval DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -106,10 +109,10 @@ BEGIN
     PERFORM cron_gate.dblink_exec(link, 'SET idle_in_transaction_session_timeout = 0'::text);
     SELECT t.owner, t.generation INTO term
       FROM cron_gate.dblink(link, pg_catalog.format(
-               'SELECT owner, generation FROM cron_gate.enter(%L::text, %L::interval, pg_catalog.to_timestamp(%s::double precision), %L::name, %s::integer)',
+               'SELECT owner, generation FROM cron_gate.enter(%L::text, %L::interval, pg_catalog.to_timestamp(%s::double precision), %L::name, %s::integer, %L::interval)',
                lease, ttl,
                pg_catalog.date_part('epoch', pg_catalog.date_trunc('minute', pg_catalog.now())),
-               pg_catalog.current_database(), pg_catalog.pg_backend_pid()))
+               pg_catalog.current_database(), pg_catalog.pg_backend_pid(), min_hold))
            AS t(owner text, generation bigint);
     IF term.generation IS NULL THEN
         PERFORM cron_gate.dblink_disconnect(link);

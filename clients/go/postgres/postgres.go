@@ -130,8 +130,9 @@ type Backend struct {
 
 	features struct {
 		sync.Mutex
-		known bool
-		v12   bool // hoplock_handoff, hoplock_proclaim, ranked candidates
+		known   bool
+		v12     bool // hoplock_handoff, hoplock_proclaim, ranked candidates
+		minHold bool // hoplock_wait(..., min_hold)
 	}
 
 	mu     sync.Mutex
@@ -185,6 +186,7 @@ type queries struct {
 	read, write, delete, wait, renew, release, releaseAny, holder, fence string
 	position, watch                                                      string
 	waitCandidate, proclaim, handoff, hasV12, stepDownTo                 string
+	waitHold                                                             string
 }
 
 // The columns of a hoplock_lease that scanLease reads: hoplock 1.1's, then
@@ -218,6 +220,7 @@ func newQueries(schema string, v12 bool) queries {
 		watch:      f("SELECT w.seq, w.name FROM %s.hoplock_watch($1::bigint, $2::interval) AS w"),
 
 		waitCandidate: f("SELECT " + leaseColumns + " FROM %s.hoplock_wait($1::text, $2::text, $3::interval, $4::interval, $5::boolean, $6::integer, $7::text) AS l"),
+		waitHold:      f("SELECT " + leaseColumns + " FROM %s.hoplock_wait($1::text, $2::text, $3::interval, $4::interval, $5::boolean, $6::integer, $7::text, false, $8::interval) AS l"),
 		proclaim:      f("SELECT %s.hoplock_proclaim($1::text, $2::text, $3::bigint, $4::text)"),
 		handoff:       f("SELECT " + leaseColumns + " FROM %s.hoplock_handoff($1::text, $2::text, $3::bigint, $4::text) AS l"),
 		hasV12:        "SELECT pg_catalog.to_regprocedure($1::text) IS NOT NULL",
@@ -271,18 +274,38 @@ func scanLease(row scanner) (*hoplock.Lease, error) {
 // asked once (by the presence of hoplock_handoff in the schema) and
 // remembered.
 func (b *Backend) v12(ctx context.Context) (bool, error) {
+	v12, _, err := b.detect(ctx)
+	return v12, err
+}
+
+// hasMinHold reports whether the server's hoplock_wait takes min_hold
+// (hoplock 1.2), asked once (by the presence of its signature) and
+// remembered.
+func (b *Backend) hasMinHold(ctx context.Context) (bool, error) {
+	_, minHold, err := b.detect(ctx)
+	return minHold, err
+}
+
+func (b *Backend) detect(ctx context.Context) (v12, minHold bool, err error) {
 	b.features.Lock()
 	defer b.features.Unlock()
 	if b.features.known {
-		return b.features.v12, nil
+		return b.features.v12, b.features.minHold, nil
 	}
-	fn := quoteIdent(b.opts.Schema) + ".hoplock_handoff(text,text,bigint,text)"
-	var ok bool
-	if err := b.db.QueryRowContext(ctx, b.q.hasV12, fn).Scan(&ok); err != nil {
-		return false, classify("to_regprocedure", err)
+	schema := quoteIdent(b.opts.Schema)
+	for _, f := range []struct {
+		fn string
+		ok *bool
+	}{
+		{schema + ".hoplock_handoff(text,text,bigint,text)", &v12},
+		{schema + ".hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean,interval)", &minHold},
+	} {
+		if err := b.db.QueryRowContext(ctx, b.q.hasV12, f.fn).Scan(f.ok); err != nil {
+			return false, false, classify("to_regprocedure", err)
+		}
 	}
-	b.features.known, b.features.v12 = true, ok
-	return ok, nil
+	b.features.known, b.features.v12, b.features.minHold = true, v12, minHold
+	return v12, minHold, nil
 }
 
 // queries returns the statements for the server's version of hoplock.
@@ -361,12 +384,19 @@ func (b *Backend) Wait(ctx context.Context, owner string, ttl, timeout time.Dura
 }
 
 // WaitCandidate is Wait as a candidate of priority cand.Priority, whose
-// term begins with the value cand.Value (hoplock_wait(..., priority,
-// value)); against hoplock 1.1 it is Wait.
+// term begins with the value cand.Value and, if cand.MinHold is set, is
+// held at least that long (hoplock_wait(..., priority, value, min_hold));
+// against hoplock 1.1 it is Wait. A MinHold the server's hoplock_wait
+// cannot take (before 1.2) is an error marked Permanent that wraps
+// hoplock.ErrUnsupported, never ignored.
 func (b *Backend) WaitCandidate(ctx context.Context, owner string, ttl, timeout time.Duration, cand hoplock.Candidate) (*hoplock.Lease, error) {
-	v12, err := b.v12(ctx)
+	v12, minHold, err := b.detect(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if cand.MinHold > 0 && !minHold {
+		return nil, hoplock.Permanent(fmt.Errorf("hoplock/postgres: MinHold needs hoplock 1.2 or later: %s.hoplock_wait has no min_hold: %w",
+			quoteIdent(b.opts.Schema), hoplock.ErrUnsupported))
 	}
 	if !v12 {
 		return b.Wait(ctx, owner, ttl, timeout)
@@ -374,6 +404,10 @@ func (b *Backend) WaitCandidate(ctx context.Context, owner string, ttl, timeout 
 	var value sql.NullString
 	if cand.Value != "" {
 		value = sql.NullString{String: cand.Value, Valid: true}
+	}
+	if cand.MinHold > 0 {
+		return b.wait(ctx, b.q12.waitHold, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound,
+			cand.Priority, value, interval(cand.MinHold))
 	}
 	return b.wait(ctx, b.q12.waitCandidate, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound, cand.Priority, value)
 }
