@@ -64,6 +64,7 @@ CREATE TABLE hoplock_internal.event (
     expires_at  timestamptz NOT NULL,
     at          timestamptz NOT NULL,
     value       text COLLATE "C",
+    free_at     timestamptz,
     CONSTRAINT event_pkey PRIMARY KEY (seq)
 ) WITH (vacuum_truncate = false);
 
@@ -97,7 +98,8 @@ SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.delivery', '');
 -- "timeout": the event stream without LISTEN (behind a transaction pooler).
 CREATE FUNCTION @extschema@.hoplock_watch(after bigint, timeout interval,
     OUT seq bigint, OUT event text, OUT name text, OUT owner text,
-    OUT generation bigint, OUT at timestamptz, OUT value text)
+    OUT generation bigint, OUT at timestamptz, OUT value text,
+    OUT free_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'hoplock_watch'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -366,7 +368,8 @@ COMMENT ON VIEW @extschema@.hoplock_leases IS
 DROP FUNCTION @extschema@.hoplock_events(bigint);
 CREATE FUNCTION @extschema@.hoplock_events(since bigint DEFAULT 0,
     OUT seq bigint, OUT event text, OUT name text, OUT owner text,
-    OUT generation bigint, OUT at timestamptz, OUT value text)
+    OUT generation bigint, OUT at timestamptz, OUT value text,
+    OUT free_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'hoplock_events'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;

@@ -91,3 +91,12 @@ SELECT event, name, owner,
  WHERE name IN ('mh', 'mh2', 'mh3', 'mh4')
  ORDER BY seq;
 SELECT hoplock_release('mh4', 'b');
+
+-- The released event of a term released in its hold says when the name
+-- frees (free_at: the hold's end); no other event has it.
+SELECT event, name, owner,
+       free_at - (SELECT h.acquired_at FROM hoplock_history AS h
+                   WHERE h.name = e.name AND h.generation = e.generation) AS free_after
+  FROM hoplock_events(:mh_seq) AS e
+ WHERE name IN ('mh', 'mh2', 'mh3') AND (event = 'released' OR free_at IS NOT NULL)
+ ORDER BY seq;

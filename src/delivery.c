@@ -81,7 +81,8 @@ send_one(const HlLoggedEvent *e, void *arg)
 								  text_to_cstring(e->name),
 								  text_to_cstring(e->owner),
 								  e->generation, e->expires_at, e->seq,
-								  e->value ? text_to_cstring(e->value) : NULL));
+								  e->value ? text_to_cstring(e->value) : NULL,
+								  e->free_at));
 	return ++state->sent < DELIVERY_BATCH;
 }
 

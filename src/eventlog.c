@@ -52,7 +52,8 @@ enum
 	Anum_event_expires_at,
 	Anum_event_at,
 	Anum_event_value,			/* may be null */
-	Natts_event = Anum_event_value
+	Anum_event_free_at,			/* may be null */
+	Natts_event = Anum_event_free_at
 };
 
 /* Columns of hoplock_internal.delivery */
@@ -88,6 +89,8 @@ hl_eventlog_record(const HlNewEvent *events, int nevents)
 		values[Anum_event_at - 1] = TimestampTzGetDatum(e->at);
 		values[Anum_event_value - 1] = PointerGetDatum(e->lease->value);
 		nulls[Anum_event_value - 1] = (e->lease->value == NULL);
+		values[Anum_event_free_at - 1] = TimestampTzGetDatum(e->free_at);
+		nulls[Anum_event_free_at - 1] = (e->free_at == 0);
 		tuples[i] = heap_form_tuple(RelationGetDescr(rel.heap), values, nulls);
 	}
 	hl_row_insert_many(&rel, tuples, nevents);
@@ -151,6 +154,8 @@ hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 		e.at = DatumGetTimestampTz(slot->tts_values[Anum_event_at - 1]);
 		e.value = slot->tts_isnull[Anum_event_value - 1] ? NULL :
 			DatumGetTextPP(slot->tts_values[Anum_event_value - 1]);
+		e.free_at = slot->tts_isnull[Anum_event_free_at - 1] ? 0 :
+			DatumGetTimestampTz(slot->tts_values[Anum_event_free_at - 1]);
 		last = e.seq;
 		if (!visit(&e, arg))
 			break;

@@ -26,6 +26,8 @@ typedef struct HlLoggedEvent
 	TimestampTz expires_at;
 	TimestampTz at;
 	text	   *value;			/* NULL: none */
+	TimestampTz free_at;		/* released in its hold: when the name
+								 * frees; 0: none */
 } HlLoggedEvent;
 
 /* What one read of the log returns, in number order */
@@ -48,6 +50,7 @@ typedef struct HlNewEvent
 	const char *event;
 	const Lease *lease;
 	TimestampTz at;
+	TimestampTz free_at;		/* 0: none */
 } HlNewEvent;
 
 /* eventlog.c */

@@ -133,7 +133,9 @@ append_timestamp(StringInfo buf, TimestampTz ts)
  *  "generation": N, "generation_text": "N",
  *  "expires_at": "2026-01-01T00:00:00.000000+00:00"}
  * and, when the holder proclaimed one (hoplock_proclaim, or value => at
- * acquire), "value": "..." before the closing brace.
+ * acquire), "value": "..." before the closing brace; a "released" event
+ * of a term released during its hold (min_hold), "free_at": "..." last,
+ * the instant the hold frees the name.
  *
  * The numbers are above 2^53, where JavaScript's JSON.parse (and older jq)
  * lose digits: each comes as a string too.  expires_at is always in UTC,
@@ -143,7 +145,7 @@ append_timestamp(StringInfo buf, TimestampTz ts)
 char *
 hl_event_payload(const char *event, const char *name, const char *owner,
 				 int64 generation, TimestampTz expires_at, int64 seq,
-				 const char *value)
+				 const char *value, TimestampTz free_at)
 {
 	StringInfoData buf;
 
@@ -163,6 +165,11 @@ hl_event_payload(const char *event, const char *name, const char *owner,
 	{
 		appendStringInfoString(&buf, ", \"value\": ");
 		escape_json(&buf, value);
+	}
+	if (free_at != 0)
+	{
+		appendStringInfoString(&buf, ", \"free_at\": ");
+		append_timestamp(&buf, free_at);
 	}
 	appendStringInfoChar(&buf, '}');
 	return buf.data;
@@ -537,6 +544,19 @@ event_time(const char *event, const Lease *lease)
 	return lease->expires_at;
 }
 
+/*
+ * When the hold of a term released early frees its name, for its
+ * "released" event (lease.c leaves hold_until set only if the release
+ * keeps the hold); 0: not such an event.
+ */
+static TimestampTz
+event_free_at(const char *event, const Lease *lease)
+{
+	if (strcmp(event, "released") == 0 && lease->hold_until > lease->expires_at)
+		return lease->hold_until;
+	return 0;
+}
+
 /* The events of a transaction, newest first, in TopTransactionContext */
 typedef struct PendingEvent
 {
@@ -569,7 +589,8 @@ notify_now(const PendingEvent *item, int64 seq)
 									  item->lease.expires_at, seq,
 									  item->lease.value ?
 									  text_to_cstring(item->lease.value) :
-									  NULL));
+									  NULL,
+									  event_free_at(item->event, &item->lease)));
 	else
 		ereport(WARNING,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -681,6 +702,7 @@ flush_events(void)
 		e->event = item->event;
 		e->lease = &item->lease;
 		e->at = event_time(item->event, &item->lease);
+		e->free_at = event_free_at(item->event, &item->lease);
 		events_recorded = true;
 		if (hl_shared == NULL)
 			notify_now(item, e->seq);

@@ -20,6 +20,6 @@ extern void hl_events_init(void);
 extern char *hl_event_payload(const char *event, const char *name,
 							  const char *owner, int64 generation,
 							  TimestampTz expires_at, int64 seq,
-							  const char *value);
+							  const char *value, TimestampTz free_at);
 
 #endif							/* HOPLOCK_EVENTS_H */

@@ -448,6 +448,9 @@ announce_end(const LeaseRequest *req, const Lease *cur, TimestampTz now,
 		Lease		ended = *cur;
 
 		ended.expires_at = end_of_term(cur, now);
+		/* its event says when a hold it keeps frees the name */
+		if (!keeps_hold(req, cur, now))
+			ended.hold_until = 0;
 		hl_event("released", &ended);
 		hl_history_end(cur, ended.expires_at, how_ended(req, cur));
 		hl_count(req->op == LEASE_OP_FORCE_RELEASE ?

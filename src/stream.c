@@ -114,8 +114,8 @@ static bool
 put_event(const HlLoggedEvent *e, void *arg)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
-	Datum		values[7];
-	bool		nulls[7] = {0};
+	Datum		values[8];
+	bool		nulls[8] = {0};
 
 	values[0] = Int64GetDatum(e->seq);
 	values[1] = PointerGetDatum(e->event);
@@ -123,10 +123,12 @@ put_event(const HlLoggedEvent *e, void *arg)
 	values[3] = PointerGetDatum(e->owner);
 	values[4] = Int64GetDatum(e->generation);
 	values[5] = TimestampTzGetDatum(e->at);
-	/* (the value's column is 1.2's: absent while the SQL is 1.1's) */
+	/* (the value's and free_at's columns are 1.2's: absent while the SQL is 1.1's) */
 	values[6] = PointerGetDatum(e->value);
 	nulls[6] = (e->value == NULL);
-	Assert(rsinfo->setDesc->natts <= 7);
+	values[7] = TimestampTzGetDatum(e->free_at);
+	nulls[7] = (e->free_at == 0);
+	Assert(rsinfo->setDesc->natts <= 8);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return true;
 }

@@ -144,6 +144,7 @@ static const ColumnSpec event_columns[] = {
 	{"expires_at", TIMESTAMPTZOID, true},
 	{"at", TIMESTAMPTZOID, true},
 	{"value", TEXTOID, false},
+	{"free_at", TIMESTAMPTZOID, false},
 };
 
 static const ColumnSpec delivery_columns[] = {

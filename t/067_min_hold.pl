@@ -3,7 +3,8 @@
 # keeps none for the term handed away; a session-bound term whose session
 # ends during its hold keeps the name; a hold outlives a restart of the
 # worker and of the server, and its end is announced after it; a
-# candidate of another owner sleeps until the hold is over, not before.
+# candidate of another owner sleeps until the hold is over, not before; the
+# released event says when the hold frees the name.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -11,6 +12,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
 use Time::HiRes qw(time);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use Hoplock::Listener;
 
 my $node = PostgreSQL::Test::Cluster->new('min_hold');
 $node->init;
@@ -73,7 +77,20 @@ is(${ $w->{out} }, "B\n", 'the waiting candidate took the name when the hold was
 is(events('s'), 'acquired:A released:A freed:A acquired:B', 'released, freed, then the next term');
 cmp_ok($waited, '<', 4, "it waited for the hold's end, about 3 s after the term began ($waited s)");
 
-# --- 4. a hold outlives a restart of the worker, and of the server -----------
+# --- 4. the released event's payload says when the name frees ---------------
+my $l = Hoplock::Listener->new($node, 'postgres');
+q1(q{SELECT hoplock_acquire('p', 'A', '1 h', min_hold => '1 h')});
+q1(q{SELECT hoplock_release('p', 'A')});
+# (JSON's own rendering of the instant, in UTC)
+my $expect = q1(q{SELECT trim(both '"' FROM to_json((acquired_at + interval '1 h') AT TIME ZONE 'UTC')::text) || '+00:00'
+                     FROM hoplock_history WHERE name = 'p'});
+my @ev = grep { $_->{name} eq 'p' } @{ $l->collect(10, sub { grep { $_->{name} eq 'p' && $_->{event} eq 'released' } @{ $_[0] } }) };
+is(join(' ', map { $_->{event} } @ev), 'acquired released', 'the listener got the term and its release');
+is($ev[1]{free_at}, $expect, 'the released event says when the hold frees the name (free_at)');
+ok(!exists $ev[0]{free_at}, 'the acquired event has no free_at');
+$l->disconnect;
+
+# --- 5. a hold outlives a restart of the worker, and of the server -----------
 q1(q{SELECT hoplock_acquire('r', 'A', '1 h', min_hold => '6 s')});
 q1(q{SELECT hoplock_release('r', 'A')});
 q1(q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'hoplock worker'});
