@@ -4,9 +4,10 @@ from ._common import (Event, EventKind, FenceRefused, Follow, HandedOff, Health,
                       Lease, LeadershipLost, LeaseExpired, LeaseHeld, NoCandidate, NoLease,
                       Permanent, StepDown, Stopped, parse_payload)
 from ._sync import Elector, Term
+from ._async import AsyncElector, AsyncTerm
 
 __all__ = [
-    "Elector", "Term", "Event", "EventKind", "FenceRefused", "Follow",
+    "Elector", "Term", "AsyncElector", "AsyncTerm", "Event", "EventKind", "FenceRefused", "Follow",
     "HandedOff", "Health", "HoplockError", "Lease", "LeadershipLost",
     "LeaseExpired", "LeaseHeld", "NoCandidate", "NoLease", "Permanent",
     "StepDown", "Stopped", "parse_payload",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import queue
 import select
 import threading
@@ -104,6 +105,29 @@ class _Watcher:
         self.seen: set[int] = set()
         self.pending: List[psycopg.Notify] = []
         self.payloads: List[c.Payload] = []
+        # wake() ends a poll at once: a byte on this pipe ends the select,
+        # and a hoplock_watch in flight is cancelled in the server.
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.woken = threading.Event()
+        self._mu = threading.RLock()
+        self._call: Optional[Conn] = None
+
+    def wake(self) -> None:
+        self.woken.set()
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+        with self._mu:
+            conn = self._call
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.cancel()
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self._wake_r, 64):
+                pass
 
     def start(self) -> bool:
         """(Re)connects; True once it listens (or knows its position)."""
@@ -125,6 +149,12 @@ class _Watcher:
             return False
 
     def close(self) -> None:
+        self._close_conn()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _close_conn(self) -> None:
         conn, self.conn = self.conn, None
         if conn is not None:
             with contextlib.suppress(Exception):
@@ -155,20 +185,25 @@ class _Watcher:
             return self._poll_watch(timeout)
         if self.conn is None or self.conn.closed:
             if self.conn is not None:
-                self.close()
+                self._close_conn()
             if not self.start():
                 self.e._stop_evt.wait(min(timeout, 1.0))
                 return False
             return True   # a restart: read the lease again
         conn = self.conn
         try:
-            if not self.pending:
+            if not self.pending and not self.woken.is_set():
                 if _NOTIFIES_TIMEOUT:
-                    for n in conn.notifies(timeout=timeout, stop_after=1):  # type: ignore[call-arg]
+                    # psycopg 3.2: notifies() with a timeout; in slices,
+                    # so that wake() is heard within 0.1 s
+                    for n in conn.notifies(timeout=min(timeout, 0.1), stop_after=1):  # type: ignore[call-arg]
                         self.pending.append(n)
                 else:
-                    r, _, _ = select.select([conn.fileno()], [], [], timeout)
-                    if r:
+                    # psycopg 3.1: notifies() has no timeout; select on the
+                    # socket (and the wake pipe), then read what came
+                    r, _, _ = select.select([conn.fileno(), self._wake_r], [], [], timeout)
+                    self._drain_wake()
+                    if conn.fileno() in r:
                         conn.pgconn.consume_input()
                         if conn.pgconn.status != pq.ConnStatus.OK:
                             raise psycopg.OperationalError("the listening connection was lost")
@@ -184,17 +219,44 @@ class _Watcher:
             c.log.warning("hoplock: lost the listening connection: %s", err)
             with contextlib.suppress(Exception):
                 conn.close()
-            self.close()
+            self._close_conn()
             return True
         got, self.pending = self.pending, []
         return self._relevant([n.payload for n in got])
+
+    def _watch_call(self, timeout: float) -> List[Tuple[Any, ...]]:
+        """One hoplock_watch, cancelled in the server by wake() or stop()
+        (then _Cancelled, the connection given back idle)."""
+        e = self.e
+        conn = e._src.take()
+        try:
+            with self._mu:
+                self._call = conn
+            with e._mu:
+                e._inflight.add(conn)
+            if self.woken.is_set() or e._stop_evt.is_set():
+                raise _Cancelled()
+            try:
+                return conn.execute(e.q.watch, (self.after, c.interval(min(timeout, e.s.watch_wait)))).fetchall()
+            except psycopg.errors.QueryCanceled:
+                if self.woken.is_set() or e._stop_evt.is_set():
+                    raise _Cancelled() from None
+                raise
+        finally:
+            with self._mu:
+                self._call = None
+            with e._mu:
+                e._inflight.discard(conn)
+            e._src.give(conn)
 
     def _poll_watch(self, timeout: float) -> bool:
         e = self.e
         if self.after is None:
             return self.start()
+        if self.woken.is_set() or e._stop_evt.is_set():
+            return False
         try:
-            rows = e._inflight_call(e.q.watch, (self.after, c.interval(min(timeout, e.s.watch_wait))))
+            rows = self._watch_call(timeout)
         except _Cancelled:
             return False
         except psycopg.Error as err:
@@ -332,6 +394,9 @@ class Term:
             self._ended.set()
             self.e._health.leading = False
             gen = self._lease.generation
+        self._hint.set()
+        if self._watcher is not None:
+            self._watcher.wake()
         if cause is not None:
             c.log.info("hoplock: %s lost generation %d: %s", self.e.s.owner, gen, cause)
 
@@ -427,6 +492,9 @@ class Term:
         with self._mu:
             self._ended.set()
             self.e._health.leading = False
+        self._hint.set()
+        if self._watcher is not None:
+            self._watcher.wake()
         self._thread.join(self.e.s.release_timeout + self.e.s.renew)
 
 
@@ -572,25 +640,6 @@ class Elector:
                 conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
                              (str(max(int(timeout * 1000), 1)),))
                 return conn.execute(query, params).fetchone()
-
-    def _inflight_call(self, query: Any, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
-        """A call stop() may cancel (hoplock_watch): _Cancelled if it did."""
-        conn = self._src.take()
-        try:
-            with self._mu:
-                if self._stop_evt.is_set():
-                    raise _Cancelled()
-                self._inflight.add(conn)
-            try:
-                return conn.execute(query, params).fetchall()
-            except psycopg.errors.QueryCanceled:
-                if self._stop_evt.is_set():
-                    raise _Cancelled() from None
-                raise
-        finally:
-            with self._mu:
-                self._inflight.discard(conn)
-            self._src.give(conn)
 
     def _min_hold(self) -> bool:
         if self._has_min_hold is None:
@@ -827,6 +876,7 @@ class Elector:
             with mu:
                 state["done"] = True
             self._stop_evt.set()
+            watcher.wake()
             follower.join(self.s.watch_wait + 1)
             watcher.close()
             events.put(None)
