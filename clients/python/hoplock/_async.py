@@ -511,6 +511,10 @@ class AsyncElector:
                     sent = time.monotonic()
                     lease = c.lease_from_row(await _execute(conn, self.q.wait, c.wait_params(s, has_hold)))
                 except asyncio.CancelledError:
+                    # give the connection back first: the cleanup needs one
+                    if conn is not None:
+                        held, conn = conn, None
+                        await asyncio.shield(self._src.give(held))
                     await asyncio.shield(self._cleanup())
                     raise
                 except psycopg.errors.QueryCanceled:

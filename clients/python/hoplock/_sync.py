@@ -686,6 +686,11 @@ class Elector:
                     if not self._stop_evt.is_set():
                         lease = None   # a statement_timeout, say: wait again
                     else:
+                        if conn is not None:   # give it back first: the cleanup needs one
+                            with self._mu:
+                                self._inflight.discard(conn)
+                            held, conn = conn, None
+                            self._src.give(held)
                         self._cleanup()
                         raise Stopped("hoplock: stopped") from None
                 except Exception as ex:  # noqa: BLE001

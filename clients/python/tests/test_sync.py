@@ -146,7 +146,7 @@ def test_stop_during_campaign_leaves_pool_clean(dsn: str, admin: psycopg.Connect
 
 def test_stop_hands_over_to_candidate(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
     a = hoplock.Elector(dsn, lease_name, "a", ttl=10)
-    b = hoplock.Elector(dsn, lease_name, "b", ttl=10, value="b:8080")
+    b = hoplock.Elector(dsn, lease_name, "b", ttl=10, value="b:8080", poll=30)
     started = threading.Event()
 
     def fa(term: hoplock.Term) -> str:
