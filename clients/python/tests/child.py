@@ -1,0 +1,66 @@
+"""A leader process for the process tests: leads NAME with an Elector and,
+while it leads, appends rows to TABLE (fenced by hoplock_fenced and by
+Term.fenced) every 20 ms. Prints, with the wall clock:
+LEAD g t / ROW g t (its first committed row) / END g cause /
+STALE-REFUSED g or STALE-COMMITTED g (a write with the lost generation,
+without the fence: the trigger must refuse it) / EXIT.
+SIGTERM stops it gracefully (handing the term to a waiting candidate).
+
+    child.py DSN NAME TABLE TTL SESSION_BOUND(0|1) FOLLOW(listen|watch)
+"""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+import hoplock  # noqa: E402
+
+dsn, name, table, ttl, bound, follow = sys.argv[1:7]
+e = hoplock.Elector(dsn, name, "child-%d" % os.getpid(), ttl=float(ttl), session_bound=bound == "1",
+                    follow=follow, poll=30, handoff_linger=0)
+signal.signal(signal.SIGTERM, lambda *a: e.stop())
+insert = sql.SQL("INSERT INTO {} (owner, generation) VALUES (%s, %s)").format(sql.Identifier(table))
+
+
+def out(*args: object) -> None:
+    print(*args, flush=True)
+
+
+def fn(term: hoplock.Term) -> None:
+    g = term.generation
+    out("LEAD", g, repr(time.time()))
+    first = True
+    while not term.lost:
+        try:
+            with term.fenced() as conn:
+                conn.execute(insert, (e.owner, g))
+            if first:
+                out("ROW", g, repr(time.time()))
+                first = False
+        except (hoplock.FenceRefused, hoplock.LeadershipLost):
+            break
+        except psycopg.Error as err:
+            out("ERR", g, repr(err))
+        term.wait(0.02)
+    if not e.stopped and term.cause is not None and not isinstance(term.cause, hoplock.HandedOff):
+        try:
+            with psycopg.connect(dsn) as conn:
+                conn.execute(insert, (e.owner, g))
+            out("STALE-COMMITTED", g)
+        except psycopg.errors.LockNotAvailable:
+            out("STALE-REFUSED", g)
+    out("END", g, type(term.cause).__name__)
+
+
+out("START", os.getpid())
+while not e.stopped:
+    try:
+        e.lead(fn)
+    except hoplock.Stopped:
+        break
+out("EXIT")
