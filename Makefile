@@ -125,7 +125,7 @@ endif
 EXTRA_CLEAN += $(OBJS:.o=.o.d)
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test test-matrix test-valgrind demo bench bench-quick dist torture torture-forks format-check
+.PHONY: check-regress check-isolation check-tap test test-python test-matrix test-valgrind demo bench bench-quick dist torture torture-forks format-check
 
 check-regress:
 	$(pg_regress_installcheck) $(TEMP_REGRESS_OPTS) $(REGRESS_OPTS) $(REGRESS)
@@ -138,6 +138,11 @@ check-tap:
 
 test:
 	scripts/test
+
+# The Python client (clients/python): mypy, an offline install, pytest on
+# a scratch server of its own; part of make test.  PYTEST_ARGS=-k process
+test-python:
+	scripts/test-python $(PYTEST_ARGS)
 
 # pgindent's layout rules that need no pg_bsd_indent, on src/ (tabs,
 # trailing whitespace, braces and return types on lines of their own)

@@ -5,7 +5,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import Any, AsyncIterator, cast, Awaitable, Callable, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 import psycopg
 from psycopg import pq, sql
@@ -57,7 +57,7 @@ class _ASource:
 
     async def take(self) -> AConn:
         if self.pool is not None:
-            conn: AConn = await self.pool.getconn()
+            conn: AConn = cast(AConn, await self.pool.getconn())
             self.autocommit[id(conn)] = conn.autocommit
             if conn.info.transaction_status != _IDLE:
                 await conn.rollback()
@@ -67,7 +67,8 @@ class _ASource:
             conn = self.free.pop()
             if not conn.closed:
                 return conn
-        return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.kwargs)
+        new: AConn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.kwargs)
+        return new
 
     async def give(self, conn: AConn, discard: bool = False) -> None:
         clean = not conn.closed and not conn.broken and conn.info.transaction_status == _IDLE
@@ -221,7 +222,7 @@ class AsyncTerm:
         self._last_err: Optional[BaseException] = None
         self._calls = asyncio.Lock()
         self._hint = asyncio.Event()
-        self._on_end: Optional[Callable[[], None]] = None
+        self._on_end: Optional[Callable[[], object]] = None
         self._timer: Optional[asyncio.TimerHandle] = None
         e._health.leading, e._health.deadline = True, self.deadline
         self._arm()

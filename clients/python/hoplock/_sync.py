@@ -210,11 +210,11 @@ class _Watcher:
             if not _NOTIFIES_TIMEOUT:
                 enc = conn.info.encoding
                 while True:
-                    n = conn.pgconn.notifies()
-                    if n is None:
+                    pgn = conn.pgconn.notifies()
+                    if pgn is None:
                         break
-                    self.pending.append(psycopg.Notify(n.relname.decode(enc), n.extra.decode(enc),
-                                                       n.be_pid))
+                    self.pending.append(psycopg.Notify(pgn.relname.decode(enc), pgn.extra.decode(enc),
+                                                       pgn.be_pid))
         except (psycopg.Error, OSError, ValueError) as err:
             c.log.warning("hoplock: lost the listening connection: %s", err)
             with contextlib.suppress(Exception):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import psycopg
 import pytest
@@ -101,7 +101,7 @@ def lease_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def admin(dsn: str) -> Iterator[psycopg.Connection]:
+def admin(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         yield conn
 

@@ -31,7 +31,7 @@ async def until(cond: Any, timeout: float = 10.0) -> None:
     raise AssertionError("condition not met")
 
 
-def test_async_lead_and_handover(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_async_lead_and_handover(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     admin.execute("CREATE TABLE IF NOT EXISTS t_async_work (generation bigint)")
 
     async def main() -> None:
@@ -66,7 +66,7 @@ async def _gt(aw: Any, n: int) -> bool:
 
 
 @pytest.mark.parametrize("follow", ["listen", "watch"])
-def test_async_loss_cancels_fn(dsn: str, admin: psycopg.Connection, lease_name: str, follow: str) -> None:
+def test_async_loss_cancels_fn(dsn: str, admin: psycopg.Connection[Any], lease_name: str, follow: str) -> None:
     async def main() -> None:
         async with AsyncConnectionPool(dsn, min_size=1, max_size=4) as pool:
             e = hoplock.AsyncElector(pool, lease_name, "a", ttl=30, follow=follow)
@@ -92,7 +92,7 @@ def test_async_loss_cancels_fn(dsn: str, admin: psycopg.Connection, lease_name: 
     asyncio.run(main())
 
 
-def test_async_stop_in_wait_leaves_pool_clean(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_async_stop_in_wait_leaves_pool_clean(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     admin.execute('SELECT "%s".hoplock_acquire(%%s, %%s, %%s)' % SCHEMA, (lease_name, "other", "30 s"))
 
     async def main() -> None:
@@ -124,7 +124,7 @@ async def _never(term: hoplock.AsyncTerm) -> None:
     raise AssertionError("led")
 
 
-def test_async_run_events_and_stop_hands_over(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_async_run_events_and_stop_hands_over(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     async def main() -> None:
         a = hoplock.AsyncElector(dsn, lease_name, "a", ttl=1.5, value="a:1")
         b = hoplock.AsyncElector(dsn, lease_name, "b", ttl=1.5, poll=30)

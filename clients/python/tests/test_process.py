@@ -71,7 +71,7 @@ class Child:
         self.p.wait(10)
 
 
-def make_table(admin: psycopg.Connection, name: str, table: str) -> None:
+def make_table(admin: psycopg.Connection[Any], name: str, table: str) -> None:
     admin.execute("CREATE TABLE %s (id bigserial PRIMARY KEY, owner text NOT NULL, generation bigint NOT NULL)"
                   % table)
     admin.execute(sql.SQL("CREATE TRIGGER {} BEFORE INSERT OR UPDATE OR DELETE ON {} FOR EACH ROW "
@@ -80,7 +80,7 @@ def make_table(admin: psycopg.Connection, name: str, table: str) -> None:
                               sql.Identifier(SCHEMA), sql.Literal(name)))
 
 
-def check_history(admin: psycopg.Connection, name: str, table: str, children: List[Child]) -> int:
+def check_history(admin: psycopg.Connection[Any], name: str, table: str, children: List[Child]) -> int:
     """No two terms overlap; generations rise with time; every row lies in
     its own term (committed after it began, before the next began, and,
     unless it lapsed, before it ended); row generations never go back in
@@ -128,7 +128,7 @@ def leader_of(children: List[Child], timeout: float = 10.0) -> Tuple[Child, List
     raise AssertionError("nobody leads: %s" % [ch.log for ch in children])
 
 
-def run_rounds(admin: psycopg.Connection, lease_name: str, sig: int, ttl: float, bound: bool,
+def run_rounds(admin: psycopg.Connection[Any], lease_name: str, sig: int, ttl: float, bound: bool,
                rounds: int, label: str) -> List[float]:
     table = "hist_%d_%d" % (os.getpid(), abs(hash(lease_name)) % 100000)
     make_table(admin, lease_name, table)
@@ -169,11 +169,11 @@ def run_rounds(admin: psycopg.Connection, lease_name: str, sig: int, ttl: float,
     return takeovers
 
 
-def admin_dsn(admin: psycopg.Connection) -> str:
+def admin_dsn(admin: psycopg.Connection[Any]) -> str:
     return admin.info.dsn
 
 
-def wait_candidate(admin: psycopg.Connection, name: str, n: int, timeout: float = 10.0) -> None:
+def wait_candidate(admin: psycopg.Connection[Any], name: str, n: int, timeout: float = 10.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         row = admin.execute('SELECT count(*) FROM "%s".hoplock_candidates WHERE name = %%s' % SCHEMA,
@@ -184,22 +184,22 @@ def wait_candidate(admin: psycopg.Connection, name: str, n: int, timeout: float 
     raise AssertionError("no candidate waits")
 
 
-def test_process_sigterm_hands_over(admin: psycopg.Connection, lease_name: str) -> None:
+def test_process_sigterm_hands_over(admin: psycopg.Connection[Any], lease_name: str) -> None:
     t = run_rounds(admin, lease_name, signal.SIGTERM, 10, False, ROUNDS, "SIGTERM (handoff)")
     assert t[-1] < 2.0
 
 
-def test_process_kill_session_bound(admin: psycopg.Connection, lease_name: str) -> None:
+def test_process_kill_session_bound(admin: psycopg.Connection[Any], lease_name: str) -> None:
     t = run_rounds(admin, lease_name, signal.SIGKILL, 10, True, ROUNDS, "SIGKILL session-bound")
     assert t[-1] < 3.0
 
 
-def test_process_kill_ttl_bound(admin: psycopg.Connection, lease_name: str) -> None:
+def test_process_kill_ttl_bound(admin: psycopg.Connection[Any], lease_name: str) -> None:
     t = run_rounds(admin, lease_name, signal.SIGKILL, 1.0, False, 2, "SIGKILL ttl-bound")
     assert t[0] > 0.3   # the ttl bounds it: nobody leads before the term lapses
 
 
-def test_process_sigstop(admin: psycopg.Connection, lease_name: str) -> None:
+def test_process_sigstop(admin: psycopg.Connection[Any], lease_name: str) -> None:
     """A leader stopped past its ttl: the other takes over; resumed, the
     old one finds its term lost and its write with the lost generation is
     refused by the trigger."""

@@ -15,16 +15,21 @@ import hoplock
 from conftest import SCHEMA, wait_until
 
 
-def holder(admin: psycopg.Connection, name: str) -> Any:
+def holder(admin: psycopg.Connection[Any], name: str) -> Any:
     row = admin.execute('SELECT owner, generation FROM "%s".hoplock_holder(%%s)' % SCHEMA,
                         (name,)).fetchone()
     return None if row is None or row[1] is None else tuple(row)
 
 
-def in_wait(admin: psycopg.Connection, name: str) -> int:
-    row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                        "AND query LIKE '%%hoplock_wait%%' AND pid <> pg_backend_pid()").fetchone()
-    return int(row[0])
+def in_wait(admin: psycopg.Connection[Any], name: str) -> int:
+    return int(one(admin, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                   "AND query LIKE '%%hoplock_wait%%' AND pid <> pg_backend_pid()"))
+
+
+def one(admin: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
+    row = admin.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
 
 
 def lead_in_thread(e: hoplock.Elector, fn: Any) -> tuple[threading.Thread, List[Any]]:
@@ -40,7 +45,7 @@ def lead_in_thread(e: hoplock.Elector, fn: Any) -> tuple[threading.Thread, List[
     return th, out
 
 
-def test_lead_fenced_and_release(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_lead_fenced_and_release(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     admin.execute("CREATE TABLE IF NOT EXISTS t_sync_work (generation bigint)")
     e = hoplock.Elector(dsn, lease_name, "a", ttl=2)
 
@@ -54,14 +59,14 @@ def test_lead_fenced_and_release(dsn: str, admin: psycopg.Connection, lease_name
     gen = e.lead(fn)
     assert isinstance(gen, int) and gen > 2 ** 53
     assert holder(admin, lease_name) is None   # released
-    assert admin.execute("SELECT count(*) FROM t_sync_work WHERE generation = %s", (gen,)).fetchone()[0] == 1
+    assert one(admin, "SELECT count(*) FROM t_sync_work WHERE generation = %s", (gen,)) == 1
     with pytest.raises(hoplock.FenceRefused):
         with e.fenced(gen) as conn:
             conn.execute("INSERT INTO t_sync_work VALUES (%s)", (gen,))
     e.close()
 
 
-def test_follower_takes_over_on_return(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_follower_takes_over_on_return(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     a = hoplock.Elector(dsn, lease_name, "a", ttl=5)
     b = hoplock.Elector(dsn, lease_name, "b", ttl=5)
     times: dict[str, float] = {}
@@ -84,11 +89,12 @@ def test_follower_takes_over_on_return(dsn: str, admin: psycopg.Connection, leas
     print("measure: python sync handover on return: %.1f ms" % (handover * 1000))
     assert handover < 1.0
     assert isinstance(gb, int)
-    a.close(), b.close()
+    a.close()
+    b.close()
 
 
 @pytest.mark.parametrize("follow", ["listen", "watch"])
-def test_forced_release_ends_term(dsn: str, admin: psycopg.Connection, lease_name: str, follow: str) -> None:
+def test_forced_release_ends_term(dsn: str, admin: psycopg.Connection[Any], lease_name: str, follow: str) -> None:
     e = hoplock.Elector(dsn, lease_name, "a", ttl=30, follow=follow)
     seen: dict[str, Any] = {}
 
@@ -106,7 +112,7 @@ def test_forced_release_ends_term(dsn: str, admin: psycopg.Connection, lease_nam
     e.close()
 
 
-def test_renewal_errors_end_term_at_deadline(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_renewal_errors_end_term_at_deadline(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     """Renewals that fail (55P03: the lease table locked) are retried, and
     the term ends by the local deadline, never later."""
     e = hoplock.Elector(dsn, lease_name, "a", ttl=1.0)
@@ -126,7 +132,7 @@ def test_renewal_errors_end_term_at_deadline(dsn: str, admin: psycopg.Connection
     e.close()
 
 
-def test_stop_during_campaign_leaves_pool_clean(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_stop_during_campaign_leaves_pool_clean(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     admin.execute('SELECT "%s".hoplock_acquire(%%s, %%s, %%s)' % SCHEMA, (lease_name, "other", "30 s"))
     with ConnectionPool(dsn, min_size=1, max_size=4) as pool:
         e = hoplock.Elector(pool, lease_name, "a", ttl=5, poll=30)
@@ -144,7 +150,7 @@ def test_stop_during_campaign_leaves_pool_clean(dsn: str, admin: psycopg.Connect
     admin.execute('SELECT "%s".hoplock_force_release(%%s)' % SCHEMA, (lease_name,))
 
 
-def test_stop_hands_over_to_candidate(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_stop_hands_over_to_candidate(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     a = hoplock.Elector(dsn, lease_name, "a", ttl=10)
     b = hoplock.Elector(dsn, lease_name, "b", ttl=10, value="b:8080", poll=30)
     started = threading.Event()
@@ -168,10 +174,11 @@ def test_stop_hands_over_to_candidate(dsn: str, admin: psycopg.Connection, lease
     how = admin.execute('SELECT how FROM "%s".hoplock_history WHERE name = %%s ORDER BY generation'
                         % SCHEMA, (lease_name,)).fetchall()
     assert how[0][0] == "handed off", how
-    a.close(), b.close()
+    a.close()
+    b.close()
 
 
-def test_run_events(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_run_events(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     a = hoplock.Elector(dsn, lease_name, "a", ttl=1.5, value="a:1")
     b = hoplock.Elector(dsn, lease_name, "b", ttl=1.5)
     ev_a: List[hoplock.Event] = []
@@ -201,15 +208,16 @@ def test_run_events(dsn: str, admin: psycopg.Connection, lease_name: str) -> Non
     assert ev_b[0].lease is not None and ev_b[0].lease.owner == "a" and ev_b[0].lease.value == "a:1"
     assert ev_b[0].lease.generation == ev_a[0].lease.generation  # type: ignore[union-attr]
     assert kinds_b[1] == "acquired" and kinds_b[-1] == "lost", kinds_b
-    a.close(), b.close()
+    a.close()
+    b.close()
 
 
-def _backends(admin: psycopg.Connection, app: str) -> List[int]:
+def _backends(admin: psycopg.Connection[Any], app: str) -> List[int]:
     return [r[0] for r in admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
                                         (app,)).fetchall()]
 
 
-def test_health(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_health(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     """Unhealthy when it leads but has not renewed within the ttl (its
     renewals hang: their backends stopped), and when its campaign is
     wedged (the backend of its wait stopped)."""
@@ -257,12 +265,11 @@ def test_health(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
     e.close()
 
 
-def test_min_hold(dsn: str, admin: psycopg.Connection, lease_name: str) -> None:
+def test_min_hold(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     e = hoplock.Elector(dsn, lease_name, "a", ttl=5, min_hold=3)
     e.lead(lambda term: None)
-    row = admin.execute('SELECT "%s".hoplock_acquire(%%s, %%s, %%s) IS NULL' % SCHEMA,
-                        (lease_name, "b", "5 s")).fetchone()
-    assert row[0], "the hold keeps the name from others"
+    assert one(admin, 'SELECT "%s".hoplock_acquire(%%s, %%s, %%s) IS NULL' % SCHEMA,
+               (lease_name, "b", "5 s")), "the hold keeps the name from others"
     admin.execute('SELECT "%s".hoplock_force_release(%%s)' % SCHEMA, (lease_name,))
     e.close()
 
