@@ -30,7 +30,7 @@ async def _execute(conn: AConn, query: Any, params: Sequence[Any], fetch: str = 
     end awaited (psycopg 3.1 does not do so for asyncio), then the
     CancelledError goes on."""
     async def go() -> Any:
-        cur = await conn.execute(query, params)
+        cur = await conn.execute(query, params, prepare=False)
         return await (cur.fetchone() if fetch == "one" else cur.fetchall())
 
     task = asyncio.ensure_future(go())
@@ -451,7 +451,7 @@ class AsyncElector:
         try:
             async with conn.transaction():
                 try:
-                    await conn.execute(self.q.fence, (self.s.name, generation))
+                    await conn.execute(self.q.fence, (self.s.name, generation), prepare=False)
                 except psycopg.errors.LockNotAvailable as err:
                     raise FenceRefused("hoplock: generation %d does not hold lease %r: %s"
                                        % (generation, self.s.name, err)) from err
@@ -467,7 +467,7 @@ class AsyncElector:
                 return await _execute(conn, query, params, fetch)
             async with conn.transaction():
                 await conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
-                                   (str(max(int(timeout * 1000), 1)),))
+                                   (str(max(int(timeout * 1000), 1)),), prepare=False)
                 return await _execute(conn, query, params, fetch)
         finally:
             await self._src.give(conn)

@@ -138,7 +138,7 @@ class _Watcher:
                 self.after = int(row[0]) if row and row[0] is not None else 0
                 return True
             conn = e._src.take()
-            channel = conn.execute(c.CHANNEL).fetchone()
+            channel = conn.execute(c.CHANNEL, prepare=False).fetchone()
             name = (channel[0] if channel and channel[0] else "hoplock")
             conn.add_notify_handler(self.pending.append)
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
@@ -237,7 +237,8 @@ class _Watcher:
             if self.woken.is_set() or e._stop_evt.is_set():
                 raise _Cancelled()
             try:
-                return conn.execute(e.q.watch, (self.after, c.interval(min(timeout, e.s.watch_wait)))).fetchall()
+                return conn.execute(e.q.watch, (self.after, c.interval(min(timeout, e.s.watch_wait))),
+                                    prepare=False).fetchall()
             except psycopg.errors.QueryCanceled:
                 if self.woken.is_set() or e._stop_evt.is_set():
                     raise _Cancelled() from None
@@ -576,7 +577,7 @@ class Elector:
         try:
             with conn.transaction():
                 try:
-                    conn.execute(self.q.fence, (self.s.name, generation))
+                    conn.execute(self.q.fence, (self.s.name, generation), prepare=False)
                 except psycopg.errors.LockNotAvailable as err:
                     raise FenceRefused("hoplock: generation %d does not hold lease %r: %s"
                                        % (generation, self.s.name, err)) from err
@@ -635,11 +636,11 @@ class Elector:
     def _one(self, query: Any, params: Sequence[Any], timeout: Optional[float] = None) -> Optional[Tuple[Any, ...]]:
         with self._src.conn() as conn:
             if timeout is None:
-                return conn.execute(query, params).fetchone()
+                return conn.execute(query, params, prepare=False).fetchone()
             with conn.transaction():
                 conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
-                             (str(max(int(timeout * 1000), 1)),))
-                return conn.execute(query, params).fetchone()
+                             (str(max(int(timeout * 1000), 1)),), prepare=False)
+                return conn.execute(query, params, prepare=False).fetchone()
 
     def _min_hold(self) -> bool:
         if self._has_min_hold is None:
@@ -678,9 +679,9 @@ class Elector:
                         if self._stop_evt.is_set():
                             raise _Cancelled()
                         self._inflight.add(conn)
-                    conn.execute(c.CHECK_CONNECTION)
+                    conn.execute(c.CHECK_CONNECTION, prepare=False)
                     sent = time.monotonic()
-                    row = conn.execute(self.q.wait, c.wait_params(s, has_hold)).fetchone()
+                    row = conn.execute(self.q.wait, c.wait_params(s, has_hold), prepare=False).fetchone()
                     lease = c.lease_from_row(row)
                 except (_Cancelled, psycopg.errors.QueryCanceled) as ex:
                     if not self._stop_evt.is_set():

@@ -114,3 +114,40 @@ def wait_until(cond, timeout: float = 10.0, step: float = 0.005):  # type: ignor
             return v
         time.sleep(step)
     raise AssertionError("condition not met within %.1f s" % timeout)
+
+
+@pytest.fixture(scope="session")
+def pooler(server: Server) -> Iterator[str]:
+    """PgBouncer in transaction pooling mode in front of the scratch server
+    (its socket in a directory of its own): LISTEN cannot work through it,
+    hoplock_watch does. Skips without pgbouncer, or against HOPLOCK_TEST_DSN
+    (then HOPLOCK_TEST_POOLER_DSN, if set, is used)."""
+    if os.environ.get("HOPLOCK_TEST_POOLER_DSN"):
+        yield os.environ["HOPLOCK_TEST_POOLER_DSN"]
+        return
+    exe = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    if not server.dir or not os.access(exe, os.X_OK):
+        pytest.skip("no pgbouncer (or not our scratch server)")
+    d = os.path.join(server.dir, "pgbouncer")
+    os.mkdir(d)
+    ini = os.path.join(d, "pgbouncer.ini")
+    with open(ini, "w") as f:
+        f.write("[databases]\npostgres = host=/tmp port=%d dbname=postgres user=postgres\n"
+                "[pgbouncer]\nlisten_addr =\nlisten_port = %d\nunix_socket_dir = %s\nauth_type = any\n"
+                "pool_mode = transaction\nmax_client_conn = 200\ndefault_pool_size = 20\n"
+                "server_reset_query = DISCARD ALL\nserver_reset_query_always = 1\n"
+                "logfile = %s/pgbouncer.log\npidfile = %s/pgbouncer.pid\n"
+                % (server.port, server.port, d, d, d))
+    if os.geteuid() == 0:
+        shutil.chown(d, "postgres")
+        shutil.chown(ini, "postgres")
+    subprocess.run(_as_owner([exe, "-d", ini]), check=True, stdout=subprocess.DEVNULL)
+    dsn = "host=%s port=%d user=postgres dbname=postgres" % (d, server.port)
+    end = time.monotonic() + 10
+    while not os.path.exists(os.path.join(d, ".s.PGSQL.%d" % server.port)) and time.monotonic() < end:
+        time.sleep(0.02)
+    yield dsn
+    with open(os.path.join(d, "pgbouncer.pid")) as f:
+        pid = int(f.read().strip())
+    with __import__("contextlib").suppress(ProcessLookupError):
+        os.kill(pid, 15)
