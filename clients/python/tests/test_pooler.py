@@ -40,7 +40,8 @@ def test_behind_transaction_pooler(pooler: str, admin: psycopg.Connection[Any], 
 
         a.lead(fa)
         seen["tb"].join(10)
-        assert isinstance(seen["cause"], hoplock.NoLease), seen
+        # NoLease, or LeaseHeld when the follower already took it
+        assert isinstance(seen["cause"], (hoplock.NoLease, hoplock.LeaseHeld)), seen
         assert seen["lost"] < 1.0
         assert got_b, "the follower never led"
         print("measure: python behind PgBouncer (watch): forced release -> term lost %.1f ms, "
