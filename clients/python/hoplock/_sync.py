@@ -683,7 +683,18 @@ class Elector:
                     sent = time.monotonic()
                     row = conn.execute(self.q.wait, c.wait_params(s, has_hold), prepare=False).fetchone()
                     lease = c.lease_from_row(row)
-                except (_Cancelled, psycopg.errors.QueryCanceled) as ex:
+                except KeyboardInterrupt:
+                    # psycopg cancelled the statement and read its end:
+                    # give the connection back idle, end any term the
+                    # wait may have begun, and let the interrupt go on
+                    if conn is not None:
+                        with self._mu:
+                            self._inflight.discard(conn)
+                        held, conn = conn, None
+                        self._src.give(held)
+                    self._cleanup()
+                    raise
+                except (_Cancelled, psycopg.errors.QueryCanceled):
                     if not self._stop_evt.is_set():
                         lease = None   # a statement_timeout, say: wait again
                     else:

@@ -294,3 +294,26 @@ def test_bad_settings() -> None:
         hoplock.Elector("", "n", ttl=1, renew=1)
     with pytest.raises(ValueError):
         hoplock.Elector("", "", ttl=1)
+
+
+def test_ctrl_c_in_wait_leaves_pool_clean(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
+    """Ctrl-C (KeyboardInterrupt in the main thread) during the wait: the
+    statement is cancelled in the server, the pooled connection comes
+    back idle, and the interrupt goes on."""
+    import _thread
+    admin.execute('SELECT "%s".hoplock_acquire(%%s, %%s, %%s)' % SCHEMA, (lease_name, "other", "30 s"))
+    with ConnectionPool(dsn, min_size=2, max_size=2) as pool:
+        e = hoplock.Elector(pool, lease_name, "a", ttl=5, poll=30, follow="watch")
+
+        def interrupt() -> None:
+            wait_until(lambda: in_wait(admin, lease_name) >= 1)
+            _thread.interrupt_main()
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            e.lead(lambda term: None)
+        assert in_wait(admin, lease_name) == 0
+        for _ in range(2):
+            with pool.connection() as conn:
+                assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert pool.get_stats().get("connections_lost", 0) == 0
+    admin.execute('SELECT "%s".hoplock_force_release(%%s)' % SCHEMA, (lease_name,))
