@@ -6,8 +6,12 @@ STALE-REFUSED g or STALE-COMMITTED g (a write with the lost generation,
 without the fence: the trigger must refuse it) / EXIT.
 SIGTERM stops it gracefully (handing the term to a waiting candidate).
 
-    child.py DSN NAME TABLE TTL SESSION_BOUND(0|1) FOLLOW(listen|watch)
+    child.py DSN NAME TABLE TTL SESSION_BOUND(0|1) FOLLOW(listen|watch) [async]
+
+With "async", the same with an AsyncElector, whose lead cancels the
+function's task when the term is lost.
 """
+import asyncio
 import os
 import signal
 import sys
@@ -21,46 +25,95 @@ from psycopg import sql  # noqa: E402
 import hoplock  # noqa: E402
 
 dsn, name, table, ttl, bound, follow = sys.argv[1:7]
-e = hoplock.Elector(dsn, name, "child-%d" % os.getpid(), ttl=float(ttl), session_bound=bound == "1",
-                    follow=follow, poll=30, handoff_linger=0)
-signal.signal(signal.SIGTERM, lambda *a: e.stop())
+mode = sys.argv[7] if len(sys.argv) > 7 else "sync"
 insert = sql.SQL("INSERT INTO {} (owner, generation) VALUES (%s, %s)").format(sql.Identifier(table))
+owner = "child-%d" % os.getpid()
 
 
 def out(*args: object) -> None:
     print(*args, flush=True)
 
 
-def fn(term: hoplock.Term) -> None:
-    g = term.generation
-    out("LEAD", g, repr(time.time()))
-    first = True
-    while not term.lost:
+def stale_write(g: int) -> None:
+    """A write with the lost generation, without the fence: the trigger
+    must refuse it."""
+    try:
+        with psycopg.connect(dsn) as conn:
+            conn.execute(insert, (owner, g))
+        out("STALE-COMMITTED", g)
+    except psycopg.errors.LockNotAvailable:
+        out("STALE-REFUSED", g)
+
+
+def main_sync() -> None:
+    e = hoplock.Elector(dsn, name, owner, ttl=float(ttl), session_bound=bound == "1",
+                        follow=follow, poll=30, handoff_linger=0)
+    signal.signal(signal.SIGTERM, lambda *a: e.stop())
+
+    def fn(term: hoplock.Term) -> None:
+        g = term.generation
+        out("LEAD", g, repr(time.time()))
+        first = True
+        while not term.lost:
+            try:
+                with term.fenced() as conn:
+                    conn.execute(insert, (owner, g))
+                if first:
+                    out("ROW", g, repr(time.time()))
+                    first = False
+            except (hoplock.FenceRefused, hoplock.LeadershipLost):
+                break
+            except psycopg.Error as err:
+                out("ERR", g, repr(err))
+            term.wait(0.02)
+        if not e.stopped and term.cause is not None and not isinstance(term.cause, hoplock.HandedOff):
+            stale_write(g)
+        out("END", g, type(term.cause).__name__)
+
+    while not e.stopped:
         try:
-            with term.fenced() as conn:
-                conn.execute(insert, (e.owner, g))
-            if first:
-                out("ROW", g, repr(time.time()))
-                first = False
-        except (hoplock.FenceRefused, hoplock.LeadershipLost):
+            e.lead(fn)
+        except hoplock.Stopped:
             break
-        except psycopg.Error as err:
-            out("ERR", g, repr(err))
-        term.wait(0.02)
-    if not e.stopped and term.cause is not None and not isinstance(term.cause, hoplock.HandedOff):
+
+
+async def main_async() -> None:
+    e = hoplock.AsyncElector(dsn, name, owner, ttl=float(ttl), session_bound=bound == "1",
+                             follow=follow, poll=30, handoff_linger=0)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, e.stop)
+
+    led = {"g": 0}
+
+    async def fn(term: hoplock.AsyncTerm) -> None:
+        g = led["g"] = term.generation
+        out("LEAD", g, repr(time.time()))
+        first = True
+        while True:
+            try:
+                async with term.fenced() as conn:
+                    await conn.execute(insert, (owner, g))
+                if first:
+                    out("ROW", g, repr(time.time()))
+                    first = False
+            except (hoplock.FenceRefused, hoplock.LeadershipLost):
+                await asyncio.sleep(3600)   # until lead cancels this task
+            except psycopg.Error as err:
+                out("ERR", g, repr(err))
+            await asyncio.sleep(0.02)
+
+    while not e.stopped:
         try:
-            with psycopg.connect(dsn) as conn:
-                conn.execute(insert, (e.owner, g))
-            out("STALE-COMMITTED", g)
-        except psycopg.errors.LockNotAvailable:
-            out("STALE-REFUSED", g)
-    out("END", g, type(term.cause).__name__)
+            await e.lead(fn)
+        except hoplock.LeadershipLost as lost:
+            out("END", led["g"], type(lost.cause).__name__)
+        except hoplock.Stopped:
+            break
+    await e.close()
 
 
 out("START", os.getpid())
-while not e.stopped:
-    try:
-        e.lead(fn)
-    except hoplock.Stopped:
-        break
+if mode == "async":
+    asyncio.run(main_async())
+else:
+    main_sync()
 out("EXIT")

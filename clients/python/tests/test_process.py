@@ -24,9 +24,10 @@ ROUNDS = int(os.environ.get("HOPLOCK_TEST_ROUNDS", "5"))
 
 
 class Child:
-    def __init__(self, dsn: str, name: str, table: str, ttl: float, bound: bool, follow: str = "listen") -> None:
+    def __init__(self, dsn: str, name: str, table: str, ttl: float, bound: bool, follow: str = "listen",
+                 mode: str = "sync") -> None:
         self.p = subprocess.Popen([sys.executable, CHILD, dsn, name, table, str(ttl), "1" if bound else "0",
-                                   follow], stdout=subprocess.PIPE, text=True)
+                                   follow, mode], stdout=subprocess.PIPE, text=True)
         self.lines: "queue.Queue[List[str]]" = queue.Queue()
         self.log: List[List[str]] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -129,10 +130,10 @@ def leader_of(children: List[Child], timeout: float = 10.0) -> Tuple[Child, List
 
 
 def run_rounds(admin: psycopg.Connection[Any], lease_name: str, sig: int, ttl: float, bound: bool,
-               rounds: int, label: str) -> List[float]:
+               rounds: int, label: str, mode: str = "sync") -> List[float]:
     table = "hist_%d_%d" % (os.getpid(), abs(hash(lease_name)) % 100000)
     make_table(admin, lease_name, table)
-    children = [Child(admin_dsn(admin), lease_name, table, ttl, bound) for _ in range(2)]
+    children = [Child(admin_dsn(admin), lease_name, table, ttl, bound, mode=mode) for _ in range(2)]
     takeovers: List[float] = []
     try:
         leader, _ = leader_of(children)
@@ -152,7 +153,7 @@ def run_rounds(admin: psycopg.Connection[Any], lease_name: str, sig: int, ttl: f
             elif sig == signal.SIGKILL:
                 leader.p.wait(10)
             children.remove(leader)
-            children.append(Child(admin_dsn(admin), lease_name, table, ttl, bound))
+            children.append(Child(admin_dsn(admin), lease_name, table, ttl, bound, mode=mode))
             leader = new
         n = check_history(admin, lease_name, table, children)
         if sig == signal.SIGTERM:
@@ -191,6 +192,18 @@ def test_process_sigterm_hands_over(admin: psycopg.Connection[Any], lease_name: 
 
 def test_process_kill_session_bound(admin: psycopg.Connection[Any], lease_name: str) -> None:
     t = run_rounds(admin, lease_name, signal.SIGKILL, 10, True, ROUNDS, "SIGKILL session-bound")
+    assert t[-1] < 3.0
+
+
+def test_process_async_sigterm_and_kill(admin: psycopg.Connection[Any], lease_name: str) -> None:
+    """The same with AsyncElector processes: SIGTERM hands over (the
+    loop's signal handler stops the Elector), SIGKILL of a session-bound
+    leader lets the other in at once."""
+    t = run_rounds(admin, lease_name, signal.SIGTERM, 10, True, max(ROUNDS // 2, 1), "asyncio SIGTERM (handoff)",
+                   mode="async")
+    assert t[-1] < 2.0
+    t = run_rounds(admin, lease_name + "-k", signal.SIGKILL, 10, True, max(ROUNDS // 2, 1),
+                   "asyncio SIGKILL session-bound", mode="async")
     assert t[-1] < 3.0
 
 
