@@ -32,6 +32,7 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "digest.h"
 #include "hoplock.h"
 #include "settings.h"
 #include "shmem.h"
