@@ -1043,9 +1043,9 @@ cas_close(const LeaseRequest *req, CasState *st, LeaseOutcome outcome)
 
 		foreach(lc, st->role_locks)
 			hl_term_unlock(role_lock_key(lfirst_oid(lc)), ExclusiveLock);
-		if (st->history_locked)
-			hl_history_unlock();
 	}
+	if (st->history_locked)
+		hl_history_unlock(outcome == LEASE_DONE);
 	hl_close(&st->rel, outcome == LEASE_DONE);
 	if (outcome == LEASE_CONTENDED && !req->busy_is_contention)
 		hl_count(HL_COUNT_CONTENDED);
