@@ -11,6 +11,9 @@
 
 #include "common/sha2.h"
 
+extern void hl_sha256_prepare(void);
+extern bool hl_sha256_try(const uint8 *data, size_t len,
+						  uint8 digest[PG_SHA256_DIGEST_LENGTH]);
 extern void hl_sha256(const uint8 *data, size_t len,
 					  uint8 digest[PG_SHA256_DIGEST_LENGTH]);
 
