@@ -76,11 +76,10 @@ static Oid	locked_seq = InvalidOid;
 static void
 unlock_history(void)
 {
-	if (OidIsValid(locked_history))
-	{
+	if (OidIsValid(locked_history_index))
 		UnlockRelationOid(locked_history_index, RowExclusiveLock);
+	if (OidIsValid(locked_history))
 		UnlockRelationOid(locked_history, RowExclusiveLock);
-	}
 	locked_history = InvalidOid;
 	locked_history_index = InvalidOid;
 }
@@ -94,19 +93,13 @@ unlock_history(void)
 bool
 hl_history_lock(void)
 {
-	HlRelation	rel;
-
 	locked_history = InvalidOid;
 	locked_history_index = InvalidOid;
 	locked_seq = InvalidOid;
-	if (hl_history_size > 0)
-	{
-		if (!hl_open(HL_REL_HISTORY, RowExclusiveLock, false, &rel))
-			return false;
-		locked_history = RelationGetRelid(rel.heap);
-		locked_history_index = RelationGetRelid(rel.index);
-		hl_close(&rel, true);
-	}
+	if (hl_history_size > 0 &&
+		!hl_lock_table(HL_REL_HISTORY, RowExclusiveLock, &locked_history,
+					   &locked_history_index))
+		return false;
 	/* the sequence numbers events only without shared memory (events.c) */
 	if (hl_shared != NULL)
 		return true;

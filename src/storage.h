@@ -49,6 +49,8 @@ typedef struct HlRelation
 extern bool hl_open(HlRel which, LOCKMODE lockmode, bool wait,
 					HlRelation *rel);
 extern void hl_close(HlRelation *rel, bool keep_locks);
+extern bool hl_lock_table(HlRel which, LOCKMODE lockmode, Oid *locked_relid,
+						  Oid *locked_indexid);
 extern void hl_table_busy_error(HlRel which) pg_attribute_noreturn();
 extern bool hl_table_exists(HlRel which);
 extern bool hl_extension_installed(void);
