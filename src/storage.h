@@ -83,6 +83,8 @@ typedef struct LeaseVersion
 
 extern void hl_store_fetch(HlRelation *rel, text *name, Snapshot snapshot,
 						   LeaseVersion *version);
+extern bool hl_store_refetch(HlRelation *rel, text *name, ItemPointer tid,
+							 LeaseVersion *version);
 extern void hl_version_release(LeaseVersion *version);
 extern TransactionId hl_store_locker(const LeaseVersion *version);
 extern void hl_store_insert(HlRelation *rel, Lease *lease);
