@@ -8,6 +8,7 @@ OBJS = \
 	src/candidates.o \
 	src/dbhooks.o \
 	src/delivery.o \
+	src/digest.o \
 	src/eventlog.o \
 	src/events.o \
 	src/fence.o \

@@ -27,11 +27,6 @@
 #include "utils/relcache.h"
 #include "utils/timestamp.h"
 
-#if PG_VERSION_NUM >= 140000
-#include "common/cryptohash.h"
-#endif
-#include "common/sha2.h"
-
 #if PG_VERSION_NUM >= 170000
 #include "storage/procarray.h"
 #else
@@ -76,32 +71,6 @@ hl_my_lxid(void)
 	return MyProc->vxid.lxid;
 #else
 	return MyProc->lxid;
-#endif
-}
-
-/* SHA-256 of "len" bytes at "data" into "digest". */
-static inline void
-hl_sha256(const uint8 *data, size_t len, uint8 digest[PG_SHA256_DIGEST_LENGTH])
-{
-#if PG_VERSION_NUM >= 140000
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
-
-	if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, data, len) < 0 ||
-#if PG_VERSION_NUM >= 150000
-		pg_cryptohash_final(ctx, digest, PG_SHA256_DIGEST_LENGTH) < 0
-#else
-		pg_cryptohash_final(ctx, digest) < 0
-#endif
-		)
-		elog(ERROR, "could not compute SHA-256 digest");
-	pg_cryptohash_free(ctx);
-#else
-	pg_sha256_ctx ctx;
-
-	pg_sha256_init(&ctx);
-	pg_sha256_update(&ctx, data, len);
-	pg_sha256_final(&ctx, digest);
 #endif
 }
 

@@ -614,14 +614,10 @@ hl_event(const char *event, const Lease *lease)
 {
 	MemoryContext old;
 	PendingEvent *item;
-	HlRelation	rel;
 
-	if (pending_events == NULL)
-	{
-		if (!hl_open(HL_REL_EVENT, RowExclusiveLock, false, &rel))
-			hl_table_busy_error(HL_REL_EVENT);
-		hl_close(&rel, true);
-	}
+	if (pending_events == NULL &&
+		!hl_lock_table(HL_REL_EVENT, RowExclusiveLock, NULL, NULL))
+		hl_table_busy_error(HL_REL_EVENT);
 	if (!xact_branch_valid && hl_shared != NULL)
 	{
 		bool		busy;

@@ -65,50 +65,69 @@ open_history(HlRelation *rel)
 }
 
 /*
- * Lock the history (and, without shared memory, the event sequence) for
- * writing, waiting no more
- * than the lease table would (maintenance may hold them); false if busy.
- * The lock of the sequence lasts until the transaction ends, or
- * hl_history_unlock().  (The history's is given back at once: the writes
- * take it again.)
+ * What hl_history_lock() locked: the history and its primary key (InvalidOid
+ * if it did not), and, without shared memory, the event sequence.
  */
-static Oid locked_seq = InvalidOid;
+static Oid	locked_history = InvalidOid;
+static Oid	locked_history_index = InvalidOid;
+static Oid	locked_seq = InvalidOid;
+
+/* Give back the lock of the history that hl_history_lock() took. */
+static void
+unlock_history(void)
+{
+	if (OidIsValid(locked_history_index))
+		UnlockRelationOid(locked_history_index, RowExclusiveLock);
+	if (OidIsValid(locked_history))
+		UnlockRelationOid(locked_history, RowExclusiveLock);
+	locked_history = InvalidOid;
+	locked_history_index = InvalidOid;
+}
 
 /*
- * Lock the history (and the event sequence) for a term change; false if
- * maintenance holds either.
+ * Lock the history (and, without shared memory, the event sequence) for a
+ * term change, waiting no more than the lease table would (maintenance may
+ * hold them); false, holding neither, if busy.  The locks last until the
+ * transaction ends, or hl_history_unlock().
  */
 bool
 hl_history_lock(void)
 {
-	HlRelation	rel;
-
-	if (hl_history_size > 0)
-	{
-		if (!hl_open(HL_REL_HISTORY, RowExclusiveLock, false, &rel))
-			return false;
-		hl_close(&rel, false);
-	}
-	/* the sequence numbers events only without shared memory (events.c) */
+	locked_history = InvalidOid;
+	locked_history_index = InvalidOid;
 	locked_seq = InvalidOid;
+	if (hl_history_size > 0 &&
+		!hl_lock_table(HL_REL_HISTORY, RowExclusiveLock, &locked_history,
+					   &locked_history_index))
+		return false;
+	/* the sequence numbers events only without shared memory (events.c) */
 	if (hl_shared != NULL)
 		return true;
 	locked_seq = hl_sequence_oid("event_seq");
-	return hl_lock_relation_briefly(locked_seq, RowExclusiveLock);
+	if (hl_lock_relation_briefly(locked_seq, RowExclusiveLock))
+		return true;
+	locked_seq = InvalidOid;
+	unlock_history();
+	return false;
 }
 
 /*
- * Give back the lock of the event sequence that hl_history_lock() took,
- * for a call that ended up writing nothing: so that it holds up no DDL
- * (and no call queued behind that DDL) for the rest of its transaction,
- * nor while hoplock_wait sleeps.  The lock manager counts acquisitions: a
- * lock this transaction took for a change it did make stays held.
+ * Give back the locks hl_history_lock() took, at the end of the call: the
+ * history's always (the writes of the call took it again, and keep it),
+ * the event sequence's only for a call that changed nothing ("changed"
+ * false), whose events there are none of to number at commit.  So a call
+ * that wrote nothing holds up no DDL (and no call queued behind that DDL)
+ * for the rest of its transaction, nor while hoplock_wait sleeps.  The
+ * lock manager counts acquisitions: a lock this transaction took for a
+ * change it did make stays held.
  */
 void
-hl_history_unlock(void)
+hl_history_unlock(bool changed)
 {
-	if (OidIsValid(locked_seq))
+	unlock_history();
+	if (!changed && OidIsValid(locked_seq))
 		UnlockRelationOid(locked_seq, RowExclusiveLock);
+	locked_seq = InvalidOid;
 }
 
 /* The row of term (name, generation), as the dirty snapshot sees it. */

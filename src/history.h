@@ -11,7 +11,7 @@
 #include "hoplock.h"
 
 extern bool hl_history_lock(void);
-extern void hl_history_unlock(void);
+extern void hl_history_unlock(bool changed);
 extern void hl_history_begin(const Lease *term);
 extern void hl_history_end(const Lease *term, TimestampTz ended_at,
 						   const char *how);

@@ -227,14 +227,17 @@ commit_durably(const LeaseRequest *req)
 }
 
 /*
- * Look up the newest version of the lease for a write.
+ * Look up the newest version of the lease for a write.  "last", if not
+ * NULL, is where the caller's previous look found it: if it is still the
+ * newest there, it is read without searching the index (hl_store_refetch).
  *
  * Under REPEATABLE READ and SERIALIZABLE, first read it through the
  * transaction snapshot (which also takes SSI predicate locks), and refuse to
  * write over a version that snapshot cannot see.
  */
 static void
-fetch_for_update(HlRelation *rel, text *name, LeaseVersion *version)
+fetch_for_update(HlRelation *rel, text *name, ItemPointer last,
+				 LeaseVersion *version)
 {
 	SnapshotData dirty;
 
@@ -260,7 +263,7 @@ fetch_for_update(HlRelation *rel, text *name, LeaseVersion *version)
 					 errdetail("Lease \"%s\" was changed by a transaction that committed after this one began.",
 							   text_to_cstring(name))));
 	}
-	else
+	else if (last == NULL || !hl_store_refetch(rel, name, last, version))
 		hl_store_fetch(rel, name, &dirty, version);
 }
 
@@ -866,6 +869,9 @@ typedef struct CasState
 	bool		history_locked; /* hl_history_lock() */
 	List	   *role_locks;		/* check_names_per_role's, taken: roles */
 	int			polls;
+	bool		has_last;		/* the last pass found the lease at last_tid,
+								 * and took the term lock */
+	ItemPointerData last_tid;
 } CasState;
 
 /* One pass of the compare-and-swap's loop: done, or look again */
@@ -1030,8 +1036,15 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	bool		busy;
 	HlCandidatePick pick = {0};
 
-	/* the version stays pinned until we are done with it */
-	fetch_for_update(&st->rel, req->name, &cur);
+	/*
+	 * The version stays pinned until we are done with it.  Just after the
+	 * term lock was taken, the version the last pass found is most likely
+	 * still the newest: look there first.
+	 */
+	fetch_for_update(&st->rel, req->name,
+					 st->has_last && st->term_locked ? &st->last_tid : NULL,
+					 &cur);
+	st->has_last = false;
 	curp = cur.found ? &cur.lease : NULL;
 	*found = cur.found;
 	if (cur.found)
@@ -1074,6 +1087,9 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 		 action == ACTION_HANDOFF) && !st->term_locked)
 	{
 		hl_version_release(&cur);
+		st->has_last = cur.found;
+		if (cur.found)
+			st->last_tid = cur.tid;
 		return take_term_lock(req, st, curp, now);
 	}
 
@@ -1138,9 +1154,9 @@ cas_close(const LeaseRequest *req, CasState *st, LeaseOutcome outcome)
 
 		foreach(lc, st->role_locks)
 			hl_term_unlock(role_lock_key(lfirst_oid(lc)), ExclusiveLock);
-		if (st->history_locked)
-			hl_history_unlock();
 	}
+	if (st->history_locked)
+		hl_history_unlock(outcome == LEASE_DONE);
 	hl_close(&st->rel, outcome == LEASE_DONE);
 	if (outcome == LEASE_CONTENDED && !req->busy_is_contention)
 		hl_count(HL_COUNT_CONTENDED);

@@ -289,36 +289,51 @@ hl_row_insert(HlRelation *rel, HeapTuple tuple)
 
 /*
  * Insert several new rows (the event log's, at commit) with one executor
- * state, as a multi-row INSERT does.
+ * state and one multi-insert into the heap (one WAL record for the rows
+ * that fit on one page), as COPY does; then their index entries and
+ * triggers, row by row.
  */
 void
 hl_row_insert_many(HlRelation *rel, HeapTuple *tuples, int ntuples)
 {
 	RowWrite	w;
 	bool		foreign = hl_table_has_foreign_constraints(rel);
+	TupleTableSlot **slots;
 
+	if (ntuples <= 0)
+		return;
 	begin_write(rel, &w);
 	open_indexes(rel, &w);
+	slots = palloc(ntuples * sizeof(TupleTableSlot *));
+	for (int i = 0; i < ntuples; i++)
+	{
+		slots[i] = i == 0 ? w.slot :
+			ExecInitExtraTupleSlot(w.estate, RelationGetDescr(rel->heap),
+								   &TTSOpsHeapTuple);
+		ExecStoreHeapTuple(tuples[i], slots[i], false);
+		if (foreign)
+			ExecConstraints(w.rri, slots[i], w.estate);
+	}
+	table_multi_insert(rel->heap, slots, ntuples, w.estate->es_output_cid,
+					   0, NULL);
+	wrote_row = true;
 	for (int i = 0; i < ntuples; i++)
 	{
 		List	   *recheck;
 
-		if (foreign)
-			check_foreign_constraints(&w, tuples[i]);
-		heap_insert(rel->heap, tuples[i], w.estate->es_output_cid, 0, NULL);
-		wrote_row = true;
-		ExecStoreHeapTuple(tuples[i], w.slot, false);
-		recheck = hl_insert_index_tuples(w.rri, w.slot, w.estate, false, false);
+		recheck = hl_insert_index_tuples(w.rri, slots[i], w.estate, false,
+										 false);
 		if (w.triggers)
 		{
 			AsOwner		o;
 
 			as_owner_begin(rel, &o);
-			ExecARInsertTriggers(w.estate, w.rri, w.slot, recheck, NULL);
+			ExecARInsertTriggers(w.estate, w.rri, slots[i], recheck, NULL);
 			as_owner_end(&o);
 		}
 		list_free(recheck);
 	}
+	pfree(slots);
 	end_write(rel, &w);
 }
 

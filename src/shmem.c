@@ -32,6 +32,7 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "digest.h"
 #include "hoplock.h"
 #include "settings.h"
 #include "shmem.h"
@@ -220,6 +221,7 @@ shmem_startup(void)
 		hl_shared->candidates = (HlCandidate *)
 			((char *) hl_shared + candidates_offset());
 		pg_atomic_init_u32(&hl_shared->ncandidates, 0);
+		pg_atomic_init_u32(&hl_shared->nwaiting, 0);
 		pg_atomic_init_u64(&hl_shared->candidate_seq, 0);
 		rings = (char *) hl_shared + rings_offset();
 		for (int i = 0; i < hl_max_databases; i++)
@@ -438,16 +440,19 @@ hl_mailbox_empty(HlDbSlot *slot)
 
 /*
  * The key of lease "name" of this database in the table of names waited
- * for.  Shared memory must be there (it holds the secret).
+ * for, in *key; false if its digest could not be computed.  Raises no
+ * error once hl_wait_key_prepare() has been called.  Shared memory must
+ * be there (it holds the secret).
  */
-void
-hl_wait_key(text *name, HlWaitKey *key)
+bool
+hl_wait_key_try(text *name, HlWaitKey *key)
 {
 	int			len = VARSIZE_ANY_EXHDR(name);
 	uint8		buf[HL_SECRET_BYTES + sizeof(Oid) + HL_MAX_NAME_BYTES];
 	uint8	   *data = buf;
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 	Size		total = HL_SECRET_BYTES + sizeof(Oid) + len;
+	bool		ok;
 
 	/* the last name's key, kept: a term change asks for it more than once */
 	static char last_name[HL_MAX_NAME_BYTES];
@@ -460,16 +465,22 @@ hl_wait_key(text *name, HlWaitKey *key)
 		memcmp(VARDATA_ANY(name), last_name, len) == 0)
 	{
 		*key = last_key;
-		return;
+		return true;
 	}
 	if (total > sizeof(buf))
-		data = palloc(total);
+	{
+		data = palloc_extended(total, MCXT_ALLOC_NO_OOM);
+		if (data == NULL)
+			return false;
+	}
 	memcpy(data, hl_shared->secret, HL_SECRET_BYTES);
 	memcpy(data + HL_SECRET_BYTES, &MyDatabaseId, sizeof(Oid));
 	memcpy(data + HL_SECRET_BYTES + sizeof(Oid), VARDATA_ANY(name), len);
-	hl_sha256(data, total, digest);
+	ok = hl_sha256_try(data, total, digest);
 	if (data != buf)
 		pfree(data);
+	if (!ok)
+		return false;
 
 	memset(key, 0, sizeof(*key));
 	key->dboid = MyDatabaseId;
@@ -482,6 +493,37 @@ hl_wait_key(text *name, HlWaitKey *key)
 		last_db = MyDatabaseId;
 		last_key = *key;
 	}
+	return true;
+}
+
+/* The same, raising an error if the digest could not be computed. */
+void
+hl_wait_key(text *name, HlWaitKey *key)
+{
+	if (!hl_wait_key_try(name, key))
+		elog(ERROR, "could not compute SHA-256 digest");
+}
+
+/* Make sure that hl_wait_key_try() will raise no error. */
+void
+hl_wait_key_prepare(void)
+{
+	hl_sha256_prepare();
+}
+
+/*
+ * Is any backend entered among the waiters of a name (or of an event
+ * stream)?  Read without a lock, after a full barrier: a transaction that
+ * has released its locks and then sees none knows that whoever enters
+ * later will look at the lease after it, and see its change.
+ */
+bool
+hl_names_waited_for(void)
+{
+	if (hl_shared == NULL)
+		return false;
+	pg_memory_barrier();
+	return pg_atomic_read_u32(&hl_shared->nwaiting) > 0;
 }
 
 static LWLock *
@@ -534,6 +576,7 @@ hl_wait_register(const HlWaitKey *key)
 			ConditionVariableInit(&entry->cv);
 		}
 		entry->nwaiters++;
+		pg_atomic_fetch_add_u32(&hl_shared->nwaiting, 1);
 	}
 	LWLockRelease(lock);
 
@@ -563,6 +606,7 @@ hl_wait_unregister(void)
 	lock = wait_partition_lock(my_wait_hash);
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	Assert(entry->nwaiters > 0);
+	pg_atomic_fetch_sub_u32(&hl_shared->nwaiting, 1);
 	if (--entry->nwaiters == 0)
 		(void) hash_search_with_hash_value(wait_table, &entry->key,
 										   my_wait_hash, HASH_REMOVE, NULL);

@@ -247,6 +247,8 @@ typedef struct HlShared
 											 * shared memory: keys the
 											 * choice of condition variables */
 	LWLock	   *wait_locks[HL_WAIT_PARTITIONS];
+	pg_atomic_uint32 nwaiting;	/* backends entered among the waiters of a
+								 * name or event stream, across the server */
 	HlCandidate *candidates;	/* per PGPROC */
 	pg_atomic_uint32 ncandidates;	/* entries in use, across the server */
 	pg_atomic_uint64 candidate_seq; /* the last seq handed out */
@@ -271,6 +273,9 @@ extern bool hl_take(HlDbSlot *slot, HlMessage *msg, bool *overflowed);
 extern int	hl_mailbox_room(Oid dboid);
 extern bool hl_mailbox_empty(HlDbSlot *slot);
 extern void hl_wait_key(text *name, HlWaitKey *key);
+extern bool hl_wait_key_try(text *name, HlWaitKey *key);
+extern void hl_wait_key_prepare(void);
+extern bool hl_names_waited_for(void);
 extern ConditionVariable *hl_wait_register(const HlWaitKey *key);
 extern void hl_wait_unregister(void);
 extern void hl_wake_waiters(const HlWaitKey *key);

@@ -49,6 +49,8 @@ typedef struct HlRelation
 extern bool hl_open(HlRel which, LOCKMODE lockmode, bool wait,
 					HlRelation *rel);
 extern void hl_close(HlRelation *rel, bool keep_locks);
+extern bool hl_lock_table(HlRel which, LOCKMODE lockmode, Oid *locked_relid,
+						  Oid *locked_indexid);
 extern void hl_table_busy_error(HlRel which) pg_attribute_noreturn();
 extern bool hl_table_exists(HlRel which);
 extern bool hl_extension_installed(void);
@@ -81,6 +83,8 @@ typedef struct LeaseVersion
 
 extern void hl_store_fetch(HlRelation *rel, text *name, Snapshot snapshot,
 						   LeaseVersion *version);
+extern bool hl_store_refetch(HlRelation *rel, text *name, ItemPointer tid,
+							 LeaseVersion *version);
 extern void hl_version_release(LeaseVersion *version);
 extern TransactionId hl_store_locker(const LeaseVersion *version);
 extern void hl_store_insert(HlRelation *rel, Lease *lease);

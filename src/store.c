@@ -190,6 +190,60 @@ hl_store_fetch(HlRelation *rel, text *name, Snapshot snapshot,
 }
 
 /*
+ * Find lease "name" again at "tid", where the caller's last look with a
+ * dirty snapshot found it, without searching the index: true, with
+ * *version as hl_store_fetch() with a dirty snapshot would return it, if
+ * the version there is still of that name, committed, and neither updated
+ * since nor being updated -- the newest version of the lease, and the only
+ * one the primary key can lead to.  False, with nothing found and nothing
+ * held, if the caller must search the index instead.
+ */
+bool
+hl_store_refetch(HlRelation *rel, text *name, ItemPointer tid,
+				 LeaseVersion *version)
+{
+	SnapshotData dirty;
+	TupleTableSlot *slot;
+	HeapTuple	tuple;
+	bool		ok;
+
+	version->found = false;
+	version->inflight = InvalidTransactionId;
+	version->buffer = InvalidBuffer;
+
+	InitDirtySnapshot(dirty);
+	slot = table_slot_create(rel->heap, NULL);
+	ok = table_tuple_fetch_row_version(rel->heap, tid, &dirty, slot) &&
+		!TransactionIdIsValid(dirty.xmin) &&
+		!TransactionIdIsValid(dirty.xmax);
+	if (ok)
+	{
+		bool		isnull;
+		text	   *found_name;
+
+		tuple = ExecFetchSlotHeapTuple(slot, false, NULL);
+		ok = ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid);
+		found_name = DatumGetTextPP(slot_getattr(slot, Anum_lease_name,
+												 &isnull));
+		ok = ok && !isnull &&
+			VARSIZE_ANY_EXHDR(found_name) == VARSIZE_ANY_EXHDR(name) &&
+			memcmp(VARDATA_ANY(found_name), VARDATA_ANY(name),
+				   VARSIZE_ANY_EXHDR(name)) == 0;
+	}
+	if (ok)
+	{
+		version->found = true;
+		version->tid = *tid;
+		/* pinned until the caller is done with it, as hl_store_fetch does */
+		version->buffer = ((BufferHeapTupleTableSlot *) slot)->buffer;
+		IncrBufferRefCount(version->buffer);
+		lease_from_slot(slot, &version->lease);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	return ok;
+}
+
+/*
  * Does a lock of strength "status" keep a hoplock update (which locks the
  * row LockTupleNoKeyExclusive) from going ahead?  Everything but FOR KEY
  * SHARE does.

@@ -690,6 +690,67 @@ hl_open(HlRel which, LOCKMODE lockmode, bool wait, HlRelation *rel)
 }
 
 /*
+ * Lock hoplock's table "which" and its primary key in "lockmode" until the
+ * transaction ends, as hl_open() followed by hl_close(rel, true) would:
+ * without opening them, when the table was found and checked since the
+ * last invalidation and still is once locked (locking processes
+ * invalidations).  Returns false, holding nothing more, if a lock could
+ * not be had within HL_LOCK_WAIT_MS.  The OIDs locked are returned in
+ * *locked_relid and *locked_indexid (InvalidOid: none), if not NULL, for
+ * a caller that gives the locks back early.
+ */
+bool
+hl_lock_table(HlRel which, LOCKMODE lockmode, Oid *locked_relid,
+			  Oid *locked_indexid)
+{
+	HlTableInfo *info = &tables[which];
+	HlRelation	rel;
+
+	register_callback();
+	if (info->valid && info->checked &&
+		(specs[which].key.nkeys == 0 || OidIsValid(info->indexid)))
+	{
+		Oid			relid = info->relid;
+		Oid			indexid = specs[which].key.nkeys == 0 ?
+			InvalidOid : info->indexid;
+
+		if (!hl_lock_relation_briefly(relid, lockmode))
+			return false;
+		if (info->valid && info->checked && info->relid == relid)
+		{
+			if (OidIsValid(indexid) &&
+				!hl_lock_relation_briefly(indexid, lockmode))
+			{
+				UnlockRelationOid(relid, lockmode);
+				return false;
+			}
+			if (info->valid && info->checked && info->relid == relid &&
+				(!OidIsValid(indexid) || info->indexid == indexid))
+			{
+				if (locked_relid != NULL)
+					*locked_relid = relid;
+				if (locked_indexid != NULL)
+					*locked_indexid = indexid;
+				return true;
+			}
+			if (OidIsValid(indexid))
+				UnlockRelationOid(indexid, lockmode);
+		}
+		/* changed meanwhile: find it again */
+		UnlockRelationOid(relid, lockmode);
+	}
+	if (!hl_open(which, lockmode, false, &rel))
+		return false;
+	if (locked_relid != NULL)
+		*locked_relid = RelationGetRelid(rel.heap);
+	if (locked_indexid != NULL)
+		*locked_indexid = rel.index != NULL ? RelationGetRelid(rel.index) :
+			InvalidOid;
+	hl_close(&rel, true);
+	return true;
+}
+
+/*
  * Close the relations.  A caller that wrote keeps its locks until the
  * transaction ends; a reader gives them back at once, so that a fenced
  * transaction, or a sleeping hoplock_wait, does not hold up DDL on the

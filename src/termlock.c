@@ -19,6 +19,7 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "digest.h"
 #include "hoplock.h"
 #include "termlock.h"
 

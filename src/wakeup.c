@@ -31,11 +31,16 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-/* Names whose waiters to wake when this transaction ends */
+/*
+ * Names whose waiters to wake when this transaction ends.  The key of a
+ * name in the table of names waited for (a digest) is computed only then,
+ * and only if anyone waits for any name at all: most term changes have no
+ * waiter.
+ */
 typedef struct PendingWake
 {
 	struct PendingWake *next;
-	HlWaitKey	key;
+	text	   *name;
 	TimestampTz lapsed_by;		/* only if the clock is past this; 0:
 								 * always */
 	SubTransactionId subid;		/* the subtransaction that queued it */
@@ -53,8 +58,13 @@ queue_wake(text *name, TimestampTz lapsed_by)
 
 	if (hl_shared == NULL)
 		return;
+	/* so that the key can be computed without raising, at the end */
+	hl_wait_key_prepare();
 	item = MemoryContextAlloc(TopTransactionContext, sizeof(PendingWake));
-	hl_wait_key(name, &item->key);
+	item->name = MemoryContextAlloc(TopTransactionContext,
+									VARSIZE_ANY_EXHDR(name) + VARHDRSZ);
+	SET_VARSIZE(item->name, VARSIZE_ANY_EXHDR(name) + VARHDRSZ);
+	memcpy(VARDATA(item->name), VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
 	item->lapsed_by = lapsed_by;
 	item->subid = GetCurrentSubTransactionId();
 	item->next = pending_wakes;
@@ -86,10 +96,20 @@ hl_wake_waiters_if_lapsed_at_end(text *name, TimestampTz expires_at)
 	queue_wake(name, Max(expires_at, 1));
 }
 
-/* Broadcast one queued wake-up, if it is due */
+/*
+ * Broadcast one queued wake-up, if it is due and anyone waits ("waiting":
+ * hl_names_waited_for(), asked after the locks were released).  Nothing
+ * here may raise an error: the transaction has ended.  A key that cannot
+ * be computed leaves its waiters to look again by themselves (they look
+ * at least every second).
+ */
 static void
-broadcast(PendingWake *item, TimestampTz *now)
+broadcast(PendingWake *item, TimestampTz *now, bool waiting)
 {
+	HlWaitKey	key;
+
+	if (!waiting)
+		return;
 	if (item->lapsed_by != 0)
 	{
 		if (*now == 0)
@@ -97,7 +117,8 @@ broadcast(PendingWake *item, TimestampTz *now)
 		if (*now < item->lapsed_by)
 			return;
 	}
-	hl_wake_waiters(&item->key);
+	if (hl_wait_key_try(item->name, &key))
+		hl_wake_waiters(&key);
 }
 
 /*
@@ -111,9 +132,11 @@ resource_release_callback(ResourceReleasePhase phase, bool isCommit,
 						  bool isTopLevel, void *arg)
 {
 	TimestampTz now = 0;
+	bool		waiting;
 
 	if (phase != RESOURCE_RELEASE_AFTER_LOCKS)
 		return;
+	waiting = pending_wakes != NULL && hl_names_waited_for();
 	if (!isTopLevel)
 	{
 		PendingWake **link = &pending_wakes;
@@ -127,7 +150,7 @@ resource_release_callback(ResourceReleasePhase phase, bool isCommit,
 
 			if (item->subid >= aborting_subid)
 			{
-				broadcast(item, &now);
+				broadcast(item, &now, waiting);
 				*link = item->next;
 			}
 			else
@@ -137,7 +160,7 @@ resource_release_callback(ResourceReleasePhase phase, bool isCommit,
 		return;
 	}
 	for (PendingWake *item = pending_wakes; item != NULL; item = item->next)
-		broadcast(item, &now);
+		broadcast(item, &now, waiting);
 	pending_wakes = NULL;
 	aborting_subid = InvalidSubTransactionId;
 }
