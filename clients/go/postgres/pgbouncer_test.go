@@ -157,3 +157,49 @@ func driverRound(ctx context.Context, db *sql.DB, name string, steps int) error 
 	}
 	return nil
 }
+
+// Followers waiting in hoplock_wait through the pooler, stopped (SIGTERM)
+// and exiting at once: each cancels its wait (pgx sends a cancel request)
+// and exits before PgBouncer has passed the cancel on. PgBouncer 1.18
+// dies of it (its issue 801: "disconnect_client(): bad client state").
+// Only when HOPLOCK_TEST_PGBOUNCER_CANCEL is set: t/070_pgbouncer.pl runs
+// it last, as a known defect of PgBouncer.
+func TestPgBouncerCancelAtExit(t *testing.T) {
+	dsn, _ := pgbouncer(t)
+	if os.Getenv("HOPLOCK_TEST_PGBOUNCER_CANCEL") == "" {
+		t.Skip("HOPLOCK_TEST_PGBOUNCER_CANCEL is not set")
+	}
+	childEnv = childEnv[:2] // no HOPLOCK_TEST_EXIT_LATE
+	setupProcWrites(t)
+	alive := func() bool {
+		db, err := sql.Open("postgres", dsn+" binary_parameters=yes connect_timeout=2")
+		if err != nil {
+			return false
+		}
+		defer db.Close()
+		return db.Ping() == nil
+	}
+	for r := 0; r < 5 && alive(); r++ {
+		name := leaseName(t)
+		leader := startChild(t, name, fmt.Sprintf("cancel-%d-l", r), 10*time.Second, false)
+		leader.waitStarted(t, 10*time.Second)
+		var fs []*child
+		for i := 0; i < 4; i++ {
+			f := startChild(t, name, fmt.Sprintf("cancel-%d-%d", r, i), 10*time.Second, false)
+			waitWaiting(t, f.owner)
+			fs = append(fs, f)
+		}
+		for _, f := range fs {
+			f.term()
+		}
+		for _, f := range fs {
+			<-f.exited
+		}
+		leader.term()
+		<-leader.exited
+		time.Sleep(200 * time.Millisecond)
+		if !alive() {
+			t.Errorf("PgBouncer died in round %d, when processes exited right after cancelling their hoplock_wait", r+1)
+		}
+	}
+}
