@@ -101,7 +101,18 @@ func childMain() int {
 		fmt.Fprintln(os.Stderr, "HOPLOCK_TEST_TTL:", err)
 		return 2
 	}
-	dsn := os.Getenv("HOPLOCK_TEST_DSN") + " application_name=" + owner
+	dsn := os.Getenv("HOPLOCK_TEST_DSN")
+	if d := os.Getenv("HOPLOCK_TEST_CHILD_DSN"); d != "" {
+		dsn = d
+	}
+	dsn += " application_name=" + owner
+	// HOPLOCK_TEST_POOLED: behind a transaction pooler (PgBouncer), as
+	// the README's "Through PgBouncer" says: the simple protocol, and the
+	// events followed with hoplock_watch
+	pooled := os.Getenv("HOPLOCK_TEST_POOLED") != ""
+	if pooled {
+		dsn += " prefer_simple_protocol=true"
+	}
 	if user := os.Getenv("HOPLOCK_TEST_USER"); user != "" {
 		dsn += " user=" + user
 	}
@@ -128,6 +139,7 @@ func childMain() int {
 	b := postgres.New(db, name, postgres.Options{
 		Schema:       testSchema(),
 		SessionBound: os.Getenv("HOPLOCK_TEST_SESSION_BOUND") != "",
+		Follow:       map[bool]postgres.Follow{false: postgres.FollowListen, true: postgres.FollowWatch}[pooled],
 	})
 	var waited waitClock
 	eb := childBackend{Backend: b, Waiter: timedWaiter{b, &waited}, Renewer: b, Releaser: b,
@@ -482,6 +494,10 @@ type childStart struct {
 	wall time.Time
 }
 
+// childEnv adds to the environment of every child startChild starts
+// (the tests through PgBouncer set it).
+var childEnv []string
+
 // startChild starts an elector process; env adds to its environment
 // (HOPLOCK_TEST_USER=role: it connects as that role).
 func startChild(t *testing.T, name, owner string, ttl time.Duration, sessionBound bool, env ...string) *child {
@@ -498,6 +514,7 @@ func startChild(t *testing.T, name, owner string, ttl time.Duration, sessionBoun
 	if sessionBound {
 		cmd.Env = append(cmd.Env, "HOPLOCK_TEST_SESSION_BOUND=1")
 	}
+	cmd.Env = append(cmd.Env, childEnv...)
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
