@@ -27,8 +27,8 @@ import (
 	_ "github.com/jackc/pgx/v4/stdlib" // the "pgx" driver: LISTEN, and waits cancelled in the server
 	"golang.org/x/exp/slog"
 
-	"hoplock"
-	"hoplock/postgres"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/postgres"
 )
 
 func main() {

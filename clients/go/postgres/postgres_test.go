@@ -11,9 +11,9 @@ import (
 
 	"golang.org/x/exp/slog"
 
-	"hoplock"
-	"hoplock/backendtest"
-	"hoplock/postgres"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/backendtest"
+	"github.com/hoplock/hoplock/clients/go/postgres"
 )
 
 func TestConformance(t *testing.T) {
