@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/exp/slog"
 )
 
 // Defaults of the Elector's settings.
@@ -75,8 +73,10 @@ type Elector struct {
 	Now func() time.Time
 
 	// Logger, if set, is told of terms begun and lost (Info), renewals
-	// (Debug) and errors retried (Warn).
-	Logger *slog.Logger
+	// (Debug) and errors retried (Warn). On Go 1.21 and later it is a
+	// log/slog logger (*slog.Logger); built with an older Go, a
+	// golang.org/x/exp/slog one. See the type Logger.
+	Logger *Logger
 
 	// Priority ranks this Elector among the candidates waiting for the
 	// lease: a freed or handed-over lease goes to the highest priority,
@@ -132,7 +132,7 @@ type elector struct {
 	releaseTimeout time.Duration
 	guard          time.Duration
 	now            func() time.Time
-	log            *slog.Logger
+	log            *Logger
 }
 
 func (e *Elector) config() (*elector, error) {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"hoplock"
-	"hoplock/memory"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/memory"
 )
 
 const (

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"hoplock"
-	"hoplock/memory"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/memory"
 )
 
 func ExampleElector_Lead() {

@@ -1,4 +1,4 @@
-module hoplock
+module github.com/hoplock/hoplock/clients/go
 
 go 1.19
 

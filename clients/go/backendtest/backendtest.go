@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"hoplock"
+	hoplock "github.com/hoplock/hoplock/clients/go"
 )
 
 // Run runs the conformance tests as subtests of t. newBackend returns a

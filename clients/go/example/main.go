@@ -25,10 +25,9 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v4/stdlib" // the "pgx" driver: LISTEN, and waits cancelled in the server
-	"golang.org/x/exp/slog"
 
-	"hoplock"
-	"hoplock/postgres"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/postgres"
 )
 
 func main() {
@@ -46,11 +45,7 @@ func main() {
 	)
 	flag.Parse()
 
-	level := slog.InfoLevel
-	if *verbose {
-		level = slog.DebugLevel
-	}
-	logger := slog.New(slog.HandlerOptions{Level: level}.NewTextHandler(os.Stderr))
+	logger := newLogger(*verbose)
 
 	db, err := sql.Open("pgx", *dsn)
 	if err != nil {
@@ -76,7 +71,7 @@ func main() {
 		follow = postgres.FollowWatch
 	}
 	backend := postgres.New(db, *name, postgres.Options{Schema: *schema, SessionBound: *sessionBound, Follow: follow})
-	e := &hoplock.Elector{Backend: backend, Owner: *owner, TTL: *ttl, Logger: &logger}
+	e := &hoplock.Elector{Backend: backend, Owner: *owner, TTL: *ttl, Logger: logger}
 
 	// Lead, and when leadership is lost, campaign again, until told to
 	// stop.

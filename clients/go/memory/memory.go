@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"hoplock"
+	hoplock "github.com/hoplock/hoplock/clients/go"
 )
 
 // Backend is one lease in memory. The zero value is ready to use; so is

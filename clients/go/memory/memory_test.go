@@ -3,9 +3,9 @@ package memory_test
 import (
 	"testing"
 
-	"hoplock"
-	"hoplock/backendtest"
-	"hoplock/memory"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/backendtest"
+	"github.com/hoplock/hoplock/clients/go/memory"
 )
 
 func TestConformance(t *testing.T) {

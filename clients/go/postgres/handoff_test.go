@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"hoplock"
-	"hoplock/postgres"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/postgres"
 )
 
 // candidate is an Elector of the lease name on a pool of its own, that

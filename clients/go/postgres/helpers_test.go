@@ -20,8 +20,8 @@ import (
 	"github.com/jackc/pgx/v4/stdlib"
 	_ "github.com/lib/pq"
 
-	"hoplock"
-	"hoplock/postgres"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/postgres"
 )
 
 // The tests run against the server HOPLOCK_TEST_DSN names (a libpq

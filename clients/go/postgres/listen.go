@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/stdlib"
 
-	"hoplock"
+	hoplock "github.com/hoplock/hoplock/clients/go"
 )
 
 // errNotPgx reports a connection of a driver other than pgx.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"hoplock"
-	"hoplock/postgres"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/postgres"
 )
 
 // A leader with MinHold that releases early (its fn returns at once)

@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v4/stdlib"
 	_ "github.com/lib/pq"
 
-	"hoplock/postgres"
+	"github.com/hoplock/hoplock/clients/go/postgres"
 )
 
 // pgbouncer returns the connection string of the pooler

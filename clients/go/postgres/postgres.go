@@ -35,7 +35,7 @@ import (
 	"sync"
 	"time"
 
-	"hoplock"
+	hoplock "github.com/hoplock/hoplock/clients/go"
 )
 
 // DefaultSchema is the schema the functions are called in unless

@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/exp/slog"
-
-	"hoplock"
-	"hoplock/backendtest"
-	"hoplock/postgres"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/backendtest"
+	"github.com/hoplock/hoplock/clients/go/postgres"
 )
 
 func TestConformance(t *testing.T) {
@@ -609,8 +607,7 @@ func TestBusyTableIsTransient(t *testing.T) {
 	const ttl = 1500 * time.Millisecond
 	e := elector(postgres.New(openNode(t, "hoplock-test-busy-a").db, name, postgres.Options{Schema: testSchema()}), "A", ttl)
 	var logged syncBuffer
-	logger := slog.New(slog.NewTextHandler(&logged))
-	e.Logger = &logger
+	e.Logger = textLogger(&logged)
 	a := campaign(ctx, e, nil)
 	sa := a.waitStarted(t, 5*time.Second)
 	time.Sleep(ttl / 3)

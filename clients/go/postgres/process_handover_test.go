@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"hoplock"
+	hoplock "github.com/hoplock/hoplock/clients/go"
 )
 
 // childFirst is a term's first write, as its process logged it.

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"hoplock"
-	"hoplock/postgres"
+	hoplock "github.com/hoplock/hoplock/clients/go"
+	"github.com/hoplock/hoplock/clients/go/postgres"
 )
 
 // inCall counts the sessions of application app running a statement that
