@@ -296,6 +296,21 @@ function sendCancel(client: PoolClient): Promise<void> {
   });
 }
 
+// A connection lost while we hold it out of the pool shows as the error of
+// the query in flight (or of the next); node-postgres also emits 'error' on
+// the client, which must not go unhandled (pg-pool listens only while the
+// client is idle in the pool).
+const swallow = (): void => {};
+async function take(pool: Pool): Promise<PoolClient> {
+  const c = await pool.connect();
+  c.on('error', swallow);
+  return c;
+}
+function give(c: PoolClient, destroy?: Error | boolean): void {
+  c.removeListener('error', swallow);
+  c.release(destroy);
+}
+
 class Backoff {
   private min: number;
   private max: number;
@@ -352,7 +367,7 @@ class Follower {
   private async listen(): Promise<void> {
     let client: PoolClient | null = null;
     try {
-      client = await this.e.pool.connect();
+      client = await take(this.e.pool);
       const c: PoolClient = client;
       c.on('error', (err) => this.broken(c, err));
       c.on('notification', (n) => {
@@ -362,13 +377,13 @@ class Follower {
       const channel: string = r.rows[0]?.channel || 'hoplock';
       await c.query(`LISTEN "${channel.replace(/"/g, '""')}"`);
       if (this.closed) {
-        c.release(true);
+        give(c, true);
         return;
       }
       this.client = c;
     } catch (err) {
       this.e.warn(`could not follow the events: ${(err as Error).message}`);
-      if (client) client.release(true);
+      if (client) give(client, true);
       this.again();
     }
   }
@@ -377,7 +392,7 @@ class Follower {
     if (this.client !== c) return;
     this.e.warn(`lost the listening connection: ${err.message}`);
     this.client = null;
-    c.release(true);
+    give(c, true);
     this.again();
   }
 
@@ -400,7 +415,7 @@ class Follower {
       let client: PoolClient | null = null;
       let bad: unknown;
       try {
-        client = await e.pool.connect();
+        client = await take(e.pool);
         if (after === null) {
           const r = await client.query(e.q.position);
           after = BigInt(r.rows[0]?.seq ?? '0');
@@ -432,7 +447,7 @@ class Follower {
         await sleep(retry.next());
       } finally {
         this.inflight = null;
-        if (client) client.release(bad instanceof Error || (client && this.cancelled.has(client)) ? true : undefined);
+        if (client) give(client, bad instanceof Error || this.cancelled.has(client) ? true : undefined);
       }
     }
   }
@@ -443,7 +458,7 @@ class Follower {
     this.retry = null;
     const c = this.client;
     this.client = null;
-    if (c) c.release(true); // LISTEN state: not for the pool
+    if (c) give(c, true); // LISTEN state: not for the pool
     const w = this.inflight;
     if (w) {
       this.cancelled.add(w);
@@ -800,7 +815,7 @@ export class Elector extends EventEmitter {
    *  hoplock_fence(name, generation); commits when fn resolves, rolls back
    *  when it rejects.  FenceRefused if the fence refuses. */
   async fenced<T>(generation: bigint | string, fn: (client: PoolClient) => Promise<T> | T): Promise<T> {
-    const c = await this.pool.connect();
+    const c = await take(this.pool);
     let destroy: Error | undefined;
     try {
       await c.query('BEGIN');
@@ -823,14 +838,14 @@ export class Elector extends EventEmitter {
       }
       throw err;
     } finally {
-      c.release(destroy);
+      give(c, destroy);
     }
   }
 
   /** @internal one statement on a pooled connection; with a timeout (ms),
    *  in a transaction with statement_timeout set. */
   async _query(text: string, values: unknown[], timeout?: number): Promise<Row[]> {
-    const c = await this.pool.connect();
+    const c = await take(this.pool);
     let destroy: Error | undefined;
     try {
       if (timeout == null) return (await c.query(text, values)).rows;
@@ -847,7 +862,7 @@ export class Elector extends EventEmitter {
       if (sqlstate(err) === null) destroy = err as Error;
       throw err;
     } finally {
-      c.release(destroy);
+      give(c, destroy);
     }
   }
 
@@ -899,7 +914,7 @@ export class Elector extends EventEmitter {
         h.beat = sent;
         try {
           const hold = await this.minHold();
-          client = await this.pool.connect();
+          client = await take(this.pool);
           await client.query(CHECK_CONNECTION);
           if (this.stopping) throw new Stopped('hoplock: stopped');
           sent = now();
@@ -917,7 +932,7 @@ export class Elector extends EventEmitter {
         } finally {
           this.waiting = null;
           h.beat = now();
-          if (client && !(lease && s.sessionBound)) client.release(bad ?? (this.cancelled.has(client) ? true : undefined));
+          if (client && !(lease && s.sessionBound)) give(client, bad ?? (this.cancelled.has(client) ? true : undefined));
         }
         if (this.stopping) {
           if (lease) await this.release(lease, s.sessionBound ? client : null);
@@ -937,9 +952,6 @@ export class Elector extends EventEmitter {
           continue;
         }
         const bound = s.sessionBound ? client : null;
-        // its loss shows as the term's end (the server releases it): no
-        // unhandled 'error' event while it is out of the pool
-        if (bound) bound.on('error', (err) => this.warn(`the session-bound connection failed: ${err.message}`));
         const fresh = await this.freshen(lease, sent);
         if (!fresh || this.stopping) {
           await this.release(lease, bound);
@@ -995,7 +1007,7 @@ export class Elector extends EventEmitter {
     } catch (err) {
       this.warn(`could not release generation ${lease.generation}: ${(err as Error).message}`);
     } finally {
-      if (bound) bound.release(true);
+      if (bound) give(bound, true);
     }
   }
 
@@ -1013,7 +1025,7 @@ export class Elector extends EventEmitter {
     const graceful = this.stopping;
     const lease = term.lease;
     if (term.handedOff) {
-      if (bound) bound.release(true);
+      if (bound) give(bound, true);
       return;
     }
     if ((graceful || term.stepping) && !term.lostFlag) {
@@ -1026,7 +1038,7 @@ export class Elector extends EventEmitter {
           nl = leaseFrom((await this._query(this.q.handoff, [s.name, s.owner, g, null], s.releaseTimeout))[0]);
         if (nl !== null) {
           this.info(`${s.owner} handed generation ${g} to ${nl.owner}`);
-          if (bound) bound.release(true);
+          if (bound) give(bound, true);
           if (graceful && s.handoffLinger > 0) await sleep(s.handoffLinger);
           return;
         }
