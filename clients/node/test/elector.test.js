@@ -253,3 +253,40 @@ test('real payloads carry exact numbers', async () => {
   assert.ok(mine[1].seq > mine[0].seq);
   await c.end();
 });
+
+test('a step-down request ends the term at the next renewal and hands it to the named candidate', async () => {
+  const name = leaseName('stepdown');
+  const a = new hoplock.Elector(pool(), { name, owner: 'a', ttl: 0.9 });
+  const b = new hoplock.Elector(pool(), { name, owner: 'b', ttl: 0.9 });
+  const c = new hoplock.Elector(pool(), { name, owner: 'c', ttl: 0.9, priority: 5 });
+  let later;
+  const err = await a.lead(async (term) => {
+    later = [b.lead((t) => t.lease.owner), c.lead((t) => t.lease.owner)];
+    await waitUntil(async () => (await admin.query(`SELECT count(*)::int AS n FROM "${SCHEMA}".hoplock_candidates WHERE name = $1`, [name])).rows[0].n === 2);
+    await admin.query(`SELECT "${SCHEMA}".hoplock_request_step_down($1, 'b')`, [name]);
+    assert.equal(await term.wait(2), true);
+    assert.ok(term.cause instanceof hoplock.StepDown, String(term.cause));
+    return 'stepped down';
+  });
+  assert.equal(err, 'stepped down');
+  assert.equal(await later[0], 'b'); // the one named, not the higher priority
+  assert.equal(await later[1], 'c');
+  const { rows } = await admin.query(`SELECT owner, how FROM "${SCHEMA}".hoplock_history WHERE name = $1 ORDER BY generation`, [name]);
+  assert.deepEqual(rows.map((r) => [r.owner, r.how]).slice(0, 2), [['a', 'handed off'], ['b', 'released']]);
+});
+
+test('term.handoff(): to the first waiting candidate; NoCandidate when none waits', async () => {
+  const name = leaseName('termhandoff');
+  const a = new hoplock.Elector(pool(), { name, owner: 'a', ttl: 6 });
+  const b = new hoplock.Elector(pool(), { name, owner: 'b', ttl: 6 });
+  let bl;
+  await a.lead(async (term) => {
+    await assert.rejects(term.handoff(), hoplock.NoCandidate);
+    bl = b.lead((t) => t.lease.owner);
+    await waitUntil(async () => (await admin.query(`SELECT count(*)::int AS n FROM "${SCHEMA}".hoplock_candidates WHERE name = $1`, [name])).rows[0].n === 1);
+    await term.handoff();
+    assert.ok(term.signal.aborted);
+    assert.ok(term.cause instanceof hoplock.HandedOff);
+  });
+  assert.equal(await bl, 'b');
+});
