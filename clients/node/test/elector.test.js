@@ -290,3 +290,28 @@ test('term.handoff(): to the first waiting candidate; NoCandidate when none wait
   });
   assert.equal(await bl, 'b');
 });
+
+test("lost connections are transient: the term holds, LISTEN comes back", async () => {
+  const name = leaseName('transient');
+  const p = pool(6, { application_name: 'transienttest' });
+  const e = new hoplock.Elector(p, { name, ttl: 1.5 });
+  let renewed = 0;
+  e.on('renewed', () => renewed++);
+  const res = await e.lead(async (term) => {
+    for (let i = 0; i < 3; i++) {
+      await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'transienttest'");
+      await term.wait(0.6);
+    }
+    const before = renewed;
+    // LISTEN was re-established on a new connection
+    await waitUntil(async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity " +
+      "WHERE application_name = 'transienttest' AND query LIKE 'LISTEN %'")).rows[0].n === 1, 3000);
+    const t0 = performance.now();
+    await admin.query(`SELECT "${SCHEMA}".hoplock_force_release($1)`, [name]);
+    await term.wait(1.4);
+    return { before, cause: term.cause, lost: performance.now() - t0 };
+  });
+  assert.ok(res.before >= 3, `renewed ${res.before} times`);
+  assert.ok(res.cause instanceof hoplock.NoLease, String(res.cause));
+  assert.ok(res.lost < 1000, `lost after ${res.lost} ms`);
+});
