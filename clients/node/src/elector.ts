@@ -459,10 +459,16 @@ class Follower {
     const c = this.client;
     this.client = null;
     if (c) give(c, true); // LISTEN state: not for the pool
-    const w = this.inflight;
-    if (w) {
-      this.cancelled.add(w);
-      await sendCancel(w);
+    // a cancel request that reaches the server before the watch starts
+    // is lost: send it again while the watch runs on
+    for (let i = 0; this.loop && i < 20; i++) {
+      const w = this.inflight;
+      if (w) {
+        this.cancelled.add(w);
+        await sendCancel(w);
+      }
+      const done = await Promise.race([this.loop.then(() => true), sleep(250).then(() => false)]);
+      if (done) break;
     }
     if (this.loop) await this.loop;
   }
@@ -543,7 +549,7 @@ export class Term {
 
   /** Runs fn in a transaction whose first statement is hoplock_fence of
    *  this term: it commits only while this term holds the lease. */
-  fenced<T>(fn: (client: PoolClient) => Promise<T> | T): Promise<T> {
+  async fenced<T>(fn: (client: PoolClient) => Promise<T> | T): Promise<T> {
     this.check();
     return this.e.fenced(this.generation, fn);
   }

@@ -315,3 +315,12 @@ test("lost connections are transient: the term holds, LISTEN comes back", async 
   assert.ok(res.cause instanceof hoplock.NoLease, String(res.cause));
   assert.ok(res.lost < 1000, `lost after ${res.lost} ms`);
 });
+
+test('isTransient: which errors are retried', () => {
+  const err = (code) => Object.assign(new Error(code), { code });
+  for (const c of ['08006', '40001', '53300', '57P01', '58030', '55P03', '25006']) assert.equal(hoplock.isTransient(err(c)), true, c);
+  for (const c of ['53400', '42883', '22023', '42501', '22004']) assert.equal(hoplock.isTransient(err(c)), false, c);
+  assert.equal(hoplock.isTransient(new Error('Connection terminated unexpectedly')), true);
+  assert.equal(hoplock.isTransient(Object.assign(new Error('x'), { code: 'ECONNREFUSED' })), true);
+  assert.equal(hoplock.isTransient(new TypeError('a bug')), false);
+});
