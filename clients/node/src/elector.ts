@@ -476,7 +476,7 @@ class Follower {
 
 // ---------------------------------------------------------------- the term
 
-type Fn<T> = (term: Term) => Promise<T> | T;
+type Fn<T> = (term: Term, signal: AbortSignal) => Promise<T> | T;
 
 /** The term fn runs in.  signal aborts the moment the term is lost (its
  *  reason is the cause) or the Elector is stopped (reason: Stopped). */
@@ -743,6 +743,26 @@ interface Won {
   bound: PoolClient | null;
 }
 
+/** The events, typed. */
+export interface ElectorEvents {
+  /** this Elector leads, in the term of lease */
+  acquired: (lease: Lease) => void;
+  /** the term was renewed */
+  renewed: (lease: Lease) => void;
+  /** no longer leads: error says why (null: fn returned, the term released) */
+  lost: (lease: Lease | null, error: Error | null) => void;
+  /** another instance leads, in the term of lease (its owner, generation, value) */
+  leader: (lease: Lease) => void;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
+export interface Elector {
+  on<E extends keyof ElectorEvents>(event: E, listener: ElectorEvents[E]): this;
+  once<E extends keyof ElectorEvents>(event: E, listener: ElectorEvents[E]): this;
+  off<E extends keyof ElectorEvents>(event: E, listener: ElectorEvents[E]): this;
+  emit<E extends keyof ElectorEvents>(event: E, ...args: Parameters<ElectorEvents[E]>): boolean;
+}
+
 /**
  * Campaigns for the lease `options.name` on a node-postgres Pool.
  *
@@ -765,6 +785,7 @@ export class Elector extends EventEmitter {
   private top = 0n;
   private reporting: Promise<void> | null = null;
   private reportAgain = false;
+  private busy = false;
 
   constructor(pool: Pool, options: ElectorOptions) {
     super();
@@ -1104,6 +1125,16 @@ export class Elector extends EventEmitter {
    */
   async lead<T>(fn: Fn<T>): Promise<T> {
     if (this.stopping) throw new Stopped('hoplock: stopped');
+    if (this.busy) throw new HoplockError('hoplock: lead() or run() is already running on this Elector');
+    this.busy = true;
+    try {
+      return await this.leadOnce(fn);
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  private async leadOnce<T>(fn: Fn<T>): Promise<T> {
     const follower = new Follower(this, () => this.hint());
     await follower.start();
     void this.reportLeader();
@@ -1118,7 +1149,7 @@ export class Elector extends EventEmitter {
       let result: T | undefined;
       let fnErr: unknown;
       try {
-        result = await fn(term);
+        result = await fn(term, term.signal);
         ok = true;
       } catch (err) {
         fnErr = err;
@@ -1146,6 +1177,16 @@ export class Elector extends EventEmitter {
    * later.
    */
   async run(): Promise<void> {
+    if (this.busy) throw new HoplockError('hoplock: lead() or run() is already running on this Elector');
+    this.busy = true;
+    try {
+      await this.runOnce();
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  private async runOnce(): Promise<void> {
     const follower = new Follower(this, () => this.hint());
     await follower.start();
     await this.reportLeader();

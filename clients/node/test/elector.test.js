@@ -56,6 +56,15 @@ test('lead: a term with an exact generation, fenced writes, released at the end'
   assert.deepEqual(events, [['acquired', g], ['lost', g, null]]);
 });
 
+test('one lead() or run() at a time on an Elector; fn gets the signal too', async () => {
+  const e = new hoplock.Elector(pool(), { name: leaseName('busy'), ttl: 6 });
+  await e.lead(async (term, signal) => {
+    assert.equal(signal, term.signal);
+    await assert.rejects(e.lead(() => 1), /already running/);
+    await assert.rejects(e.run(), /already running/);
+  });
+});
+
 test('fenced: a generation that does not hold is refused, nothing written', async () => {
   const name = leaseName('fence');
   await admin.query('CREATE TABLE fence_log (x int)');

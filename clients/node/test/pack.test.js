@@ -39,9 +39,13 @@ import { Pool } from 'pg';
 import { Elector, Term, Lease, LeadershipLost, parsePayload } from 'hoplock';
 const e = new Elector(new Pool(), { name: 'job', ttl: 15, follow: 'watch', minHold: 5 });
 e.on('leader', (l: Lease) => console.log(l.owner, l.value));
+e.on('lost', (l, err) => { const g: bigint | undefined = l?.generation; console.log(g, err?.message); });
+e.once('acquired', (l) => { const v: string | null = l.value; void v; });
+const h: { ok: boolean; reason: string; leading: boolean } = e.health();
+void h;
 async function main(): Promise<bigint> {
-  return e.lead(async (term: Term) => {
-    const s: AbortSignal = term.signal;
+  return e.lead(async (term: Term, signal) => {
+    const s: AbortSignal = signal;
     await term.fenced((c) => c.query('SELECT 1'));
     return s.aborted ? 0n : term.generation + 1n;
   }).catch((err: unknown) => { if (err instanceof LeadershipLost) return -1n; throw err; });
