@@ -150,11 +150,11 @@ async function checkHistory(name, table, children) {
 
 const median = (xs) => (xs.length % 2 ? xs[(xs.length - 1) / 2] : (xs[xs.length / 2 - 1] + xs[xs.length / 2]) / 2);
 
-async function runRounds(label, sig, ttl, bound, rounds) {
+async function runRounds(label, sig, ttl, bound, rounds, follow = 'listen') {
   const name = leaseName(label.replace(/\W+/g, '-'));
   const table = `hist_${process.pid}_${name.replace(/\W+/g, '_')}`;
   await makeTable(name, table);
-  let children = [new Child(name, table, ttl, bound), new Child(name, table, ttl, bound)];
+  let children = [new Child(name, table, ttl, bound, follow), new Child(name, table, ttl, bound, follow)];
   const takeovers = [];
   let n = 0;
   try {
@@ -175,7 +175,7 @@ async function runRounds(label, sig, ttl, bound, rounds) {
         await leader.exited;
       }
       children = children.filter((c) => c !== leader);
-      children.push(new Child(name, table, ttl, bound));
+      children.push(new Child(name, table, ttl, bound, follow));
       leader = next;
     }
     n = await checkHistory(name, table, children);
@@ -199,6 +199,14 @@ test('SIGTERM: the leader process hands its term to the waiting one', async () =
 
 test('SIGKILL of a session-bound leader process: the other takes over at once', async () => {
   const t = await runRounds('SIGKILL session-bound', 'SIGKILL', 10, true, ROUNDS);
+  assert.ok(t[t.length - 1] < 3.0);
+});
+
+test('the same with hoplock_watch (follow watch): SIGTERM hands over, SIGKILL of a session-bound leader', async () => {
+  const rounds = Math.max(Math.floor(ROUNDS / 2), 1);
+  let t = await runRounds('watch SIGTERM (handoff)', 'SIGTERM', 10, false, rounds, 'watch');
+  assert.ok(t[t.length - 1] < 2.0);
+  t = await runRounds('watch SIGKILL session-bound', 'SIGKILL', 10, true, rounds, 'watch');
   assert.ok(t[t.length - 1] < 3.0);
 });
 
