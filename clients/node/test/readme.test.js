@@ -43,12 +43,13 @@ test('the quick start runs as pasted: two instances, SIGTERM hands over', async 
   const file = path.join(dir, 'leader.js');
   fs.writeFileSync(file, block('quick start: leader.js'));
   const a = start(file);
-  const b = start(file);
+  const b = start(file); // at once: the set-up must not race
+  let admin;
   try {
     const leading = (p) => p.lines.some((l) => l.startsWith('leading, generation'));
     const first = await waitUntil(() => (leading(a) ? a : leading(b) ? b : null), 15000);
     const other = first === a ? b : a;
-    const admin = new pg.Client(server.config);
+    admin = new pg.Client(server.config);
     await admin.connect();
     await waitUntil(async () => (await admin.query(
       `SELECT count(*)::int AS n FROM "${SCHEMA}".hoplock_candidates WHERE name = 'report-runner'`)).rows[0].n === 1, 15000);
@@ -57,11 +58,11 @@ test('the quick start runs as pasted: two instances, SIGTERM hands over', async 
     await waitUntil(() => leading(other), 5000);
     assert.ok(first.lines.includes('no longer leading: stopped'), first.lines.join('\n'));
     const { rows } = await admin.query('SELECT count(DISTINCT generation)::int AS n FROM report_log');
-    await admin.end();
     assert.ok(rows[0].n >= 1);
     other.kill('SIGTERM');
     assert.equal(await other.exited, 0);
   } finally {
     for (const p of [a, b]) if (p.exitCode === null) p.kill('SIGKILL');
+    if (admin) await admin.end();
   }
 });
