@@ -807,6 +807,20 @@ export class Elector extends EventEmitter {
     return this.stopping;
   }
 
+  /** Emits an event; a listener that throws does not break the term's
+   *  bookkeeping: its error is rethrown on the next tick, as an uncaught
+   *  exception, as an error in any callback would be. */
+  override emit(event: string | symbol, ...args: unknown[]): boolean {
+    try {
+      return super.emit(event, ...args);
+    } catch (err) {
+      process.nextTick(() => {
+        throw err;
+      });
+      return true;
+    }
+  }
+
   /** @internal */ warn(msg: string): void {
     debug('%s', msg);
     this.logger?.warn(`hoplock: ${msg}`);
