@@ -126,7 +126,7 @@ endif
 EXTRA_CLEAN += $(OBJS:.o=.o.d)
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test test-python test-matrix test-valgrind demo bench bench-quick dist torture torture-forks format-check
+.PHONY: check-regress check-isolation check-tap test test-python test-node test-matrix test-valgrind demo bench bench-quick dist torture torture-forks format-check
 
 check-regress:
 	$(pg_regress_installcheck) $(TEMP_REGRESS_OPTS) $(REGRESS_OPTS) $(REGRESS)
@@ -144,6 +144,12 @@ test:
 # a scratch server of its own; part of make test.  PYTEST_ARGS=-k process
 test-python:
 	scripts/test-python $(PYTEST_ARGS)
+
+# The Node client (clients/node): the TypeScript build, node:test on
+# scratch servers of its own, npm pack installed offline; part of make
+# test.  NODE_TESTS=test/process.test.js
+test-node:
+	scripts/test-node $(NODE_TESTS)
 
 # pgindent's layout rules that need no pg_bsd_indent, on src/ (tabs,
 # trailing whitespace, braces and return types on lines of their own)

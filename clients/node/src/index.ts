@@ -1,0 +1,2 @@
+export * from './elector';
+export { parsePayload, Payload } from './payload';
