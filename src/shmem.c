@@ -645,6 +645,34 @@ hl_wake_waiters(const HlWaitKey *key)
 }
 
 /*
+ * Wake every waiter of database "dboid": those of each name, and of its
+ * event stream.  For a wake-up whose key could not be computed (which
+ * never happens with PostgreSQL's own SHA-256; OpenSSL's could fail):
+ * spurious looks are cheap, a missed one would leave a waiter asleep
+ * until the old term's expiry.  All partitions are locked, in order, for
+ * the scan.  Raises no error, allocates nothing.
+ */
+void
+hl_wake_all_waiters(Oid dboid)
+{
+	HASH_SEQ_STATUS status;
+	HlWaitEntry *entry;
+
+	if (hl_shared == NULL)
+		return;
+	for (int i = 0; i < HL_WAIT_PARTITIONS; i++)
+		LWLockAcquire(hl_shared->wait_locks[i], LW_SHARED);
+	hash_seq_init(&status, wait_table);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->key.dboid == dboid)
+			ConditionVariableBroadcast(&entry->cv);
+	}
+	for (int i = HL_WAIT_PARTITIONS - 1; i >= 0; i--)
+		LWLockRelease(hl_shared->wait_locks[i]);
+}
+
+/*
  * The key of database "dboid"'s event stream in the table of names waited
  * for: a digest of the secret, the database and a byte no lease name has
  * (names are valid UTF-8, which never holds 0xFF).  This backend's own

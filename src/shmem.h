@@ -279,6 +279,7 @@ extern bool hl_names_waited_for(void);
 extern ConditionVariable *hl_wait_register(const HlWaitKey *key);
 extern void hl_wait_unregister(void);
 extern void hl_wake_waiters(const HlWaitKey *key);
+extern void hl_wake_all_waiters(Oid dboid);
 extern LWLock *hl_wait_lock_for(const HlWaitKey *key);
 extern ConditionVariable *hl_watch_register(Oid dboid);
 extern void hl_wake_event_readers(Oid dboid);

@@ -27,6 +27,7 @@
 #include "wakeup.h"
 
 #include "access/xact.h"
+#include "miscadmin.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
@@ -100,8 +101,8 @@ hl_wake_waiters_if_lapsed_at_end(text *name, TimestampTz expires_at)
  * Broadcast one queued wake-up, if it is due and anyone waits ("waiting":
  * hl_names_waited_for(), asked after the locks were released).  Nothing
  * here may raise an error: the transaction has ended.  A key that cannot
- * be computed leaves its waiters to look again by themselves (they look
- * at least every second).
+ * be computed (an OpenSSL failure) wakes every waiter of the database
+ * instead: a waiter that saw the lease held sleeps until its expiry.
  */
 static void
 broadcast(PendingWake *item, TimestampTz *now, bool waiting)
@@ -119,6 +120,8 @@ broadcast(PendingWake *item, TimestampTz *now, bool waiting)
 	}
 	if (hl_wait_key_try(item->name, &key))
 		hl_wake_waiters(&key);
+	else
+		hl_wake_all_waiters(MyDatabaseId);
 }
 
 /*
