@@ -126,7 +126,7 @@ endif
 EXTRA_CLEAN += $(OBJS:.o=.o.d)
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test test-python test-node test-matrix test-valgrind demo bench bench-quick dist torture torture-forks format-check
+.PHONY: check-regress check-isolation check-tap test test-clients test-python test-node test-matrix test-valgrind demo bench bench-quick dist torture torture-forks format-check
 
 check-regress:
 	$(pg_regress_installcheck) $(TEMP_REGRESS_OPTS) $(REGRESS_OPTS) $(REGRESS)
@@ -140,14 +140,19 @@ check-tap:
 test:
 	scripts/test
 
+# The client libraries' suites make test leaves out (its 15 minutes):
+# Python, Node, the Go client under a newer Go.  .ci/run runs it.
+test-clients:
+	scripts/test-clients
+
 # The Python client (clients/python): mypy, an offline install, pytest on
-# a scratch server of its own; part of make test.  PYTEST_ARGS=-k process
+# a scratch server of its own; part of make test-clients.  PYTEST_ARGS=-k process
 test-python:
 	scripts/test-python $(PYTEST_ARGS)
 
 # The Node client (clients/node): the TypeScript build, node:test on
 # scratch servers of its own, npm pack installed offline; part of make
-# test.  NODE_TESTS=test/process.test.js
+# test-clients.  NODE_TESTS=test/process.test.js
 test-node:
 	scripts/test-node $(NODE_TESTS)
 
