@@ -107,6 +107,7 @@ type Elector struct {
 	MinHold time.Duration
 
 	active atomic.Value // *term: the running term, for Handoff
+	health atomic.Value // *health: what Health judges by
 }
 
 // elector is an Elector's settings, checked and defaulted, with the
@@ -133,6 +134,7 @@ type elector struct {
 	guard          time.Duration
 	now            func() time.Time
 	log            *Logger
+	health         *health
 }
 
 func (e *Elector) config() (*elector, error) {
@@ -208,6 +210,8 @@ func (e *Elector) config() (*elector, error) {
 	if c.cand.MinHold > 0 && c.cwaiter == nil {
 		return nil, fmt.Errorf("hoplock: Elector.MinHold needs a backend that implements CandidateWaiter: %w", ErrUnsupported)
 	}
+	c.health = newHealth(c)
+	e.setHealth(c.health)
 	return c, nil
 }
 
@@ -415,6 +419,8 @@ func (c *elector) watch(ctx context.Context) (<-chan struct{}, func()) {
 // at which the call that began (or last renewed) it was sent, no earlier
 // than Renew ago.
 func (c *elector) campaign(ctx context.Context, wake <-chan struct{}) (Lease, time.Time, error) {
+	c.health.campaign(true)
+	defer c.health.campaign(false)
 	retry := c.newBackoff()
 	for {
 		if err := ctx.Err(); err != nil {
@@ -426,6 +432,7 @@ func (c *elector) campaign(ctx context.Context, wake <-chan struct{}) (Lease, ti
 			pause time.Duration
 			err   error
 		)
+		c.health.heartbeat()
 		if c.cwaiter != nil && c.cand != (Candidate{}) {
 			lease, err = c.cwaiter.WaitCandidate(ctx, c.owner, c.ttl, c.poll, c.cand)
 			if d := time.Since(sent); err == nil && lease == nil && d < c.poll/2 {
@@ -441,6 +448,7 @@ func (c *elector) campaign(ctx context.Context, wake <-chan struct{}) (Lease, ti
 		} else {
 			lease, sent, pause, err = c.tryWrite(ctx)
 		}
+		c.health.heartbeat()
 		switch {
 		case err == nil && lease == nil:
 			retry.reset()
@@ -480,9 +488,11 @@ func (c *elector) campaign(ctx context.Context, wake <-chan struct{}) (Lease, ti
 				break
 			}
 			s := time.Now()
+			c.health.heartbeat()
 			rctx, cancel := context.WithDeadline(ctx, sent.Add(c.ttl-c.guard))
 			nl, err := c.renewOnce(rctx, l)
 			cancel()
+			c.health.heartbeat()
 			if err == nil {
 				l, sent = nl, s
 				continue

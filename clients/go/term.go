@@ -89,6 +89,7 @@ func (c *elector) startTerm(parent context.Context, lease Lease, sent time.Time,
 	t.deadline = sent.Add(c.ttl)
 	t.lease.Deadline = t.deadline
 	t.timer = time.AfterFunc(time.Until(t.deadline)-c.guard, t.expire)
+	c.health.lead(t.deadline)
 	t.ctx = termContext{context.WithValue(ctx, termKey{}, t), t}
 	// A hint left over from the campaign says nothing about this term.
 	select {
@@ -194,6 +195,7 @@ func (t *term) extend(l Lease, s time.Time) bool {
 	t.lastErr = nil
 	t.timer.Stop()
 	t.timer = time.AfterFunc(time.Until(t.deadline)-t.c.guard, t.expire)
+	t.c.health.renewed(t.deadline)
 	if t.events != nil {
 		t.events.push(Event{Kind: EventRenewed, Lease: l})
 	}
@@ -238,6 +240,7 @@ func (t *term) lose(cause error) {
 	t.timer.Stop()
 	gen := t.lease.Generation
 	t.mu.Unlock()
+	t.c.health.lost(cause)
 	t.cancel()
 	t.c.info("lost the lease", "generation", gen, "cause", cause)
 }
@@ -251,6 +254,7 @@ func (t *term) stop() {
 	t.mu.Unlock()
 	t.cancel()
 	<-t.done
+	t.c.health.follow()
 }
 
 // stepDown cancels the term's context for a step-down request, with cause
