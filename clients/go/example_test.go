@@ -3,6 +3,9 @@ package hoplock_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	hoplock "github.com/hoplock/hoplock/clients/go"
@@ -49,4 +52,30 @@ func ExampleElector_Run() {
 	// acquired generation 1
 	// renewed
 	// lost: context canceled
+}
+
+func ExampleElector_HealthHandler() {
+	e := &hoplock.Elector{Backend: memory.New(), Owner: "host-a:4242", TTL: time.Second}
+
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", e.HealthHandler()) // the liveness probe: 200, or 503 and why
+	srv := httptest.NewServer(mux)            // http.ListenAndServe(":8080", mux) in production
+	defer srv.Close()
+
+	err := e.Lead(context.Background(), func(ctx context.Context, lease hoplock.Lease) error {
+		resp, err := http.Get(srv.URL + "/healthz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		fmt.Printf("leading: %d %s", resp.StatusCode, body)
+		fmt.Println("Health:", e.Health()) // the same check, without HTTP
+		return nil
+	})
+	fmt.Println("Lead:", err)
+	// Output:
+	// leading: 200 ok
+	// Health: <nil>
+	// Lead: <nil>
 }
