@@ -9,7 +9,8 @@ import (
 )
 
 // health is what Elector.Health judges by, updated by the campaign and
-// the term of the Lead or Run that runs now (or ran last).
+// the term of the Lead or Run that runs now (or ran last). Its methods do
+// nothing on a nil *health (an elector made without config).
 type health struct {
 	mu          sync.Mutex
 	ttl         time.Duration
@@ -26,6 +27,9 @@ func newHealth(c *elector) *health {
 }
 
 func (h *health) campaign(on bool) {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	h.campaigning, h.beat = on, time.Now()
 	h.mu.Unlock()
@@ -33,30 +37,45 @@ func (h *health) campaign(on bool) {
 
 // heartbeat records a call of the campaign beginning or ending.
 func (h *health) heartbeat() {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	h.beat = time.Now()
 	h.mu.Unlock()
 }
 
 func (h *health) lead(deadline time.Time) {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	h.leading, h.deadline, h.cause = true, deadline, nil
 	h.mu.Unlock()
 }
 
 func (h *health) renewed(deadline time.Time) {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	h.deadline = deadline
 	h.mu.Unlock()
 }
 
 func (h *health) lost(cause error) {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	h.cause = cause
 	h.mu.Unlock()
 }
 
 func (h *health) follow() {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	h.leading, h.cause = false, nil
 	h.mu.Unlock()
