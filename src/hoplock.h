@@ -82,14 +82,21 @@ hl_lease_is_held(const Lease *lease, TimestampTz now)
 }
 
 /*
- * The name is kept from other owners by the hold of a term released early
- * (min_hold).
+ * A term released early (min_hold) whose hold's end is still to be
+ * announced: the worker's to schedule, nobody's to forget.
  */
+static inline bool
+hl_hold_pending(const Lease *lease)
+{
+	return lease != NULL && lease->state == LEASE_STATE_RELEASED &&
+		lease->hold_until != 0;
+}
+
+/* The name is kept from other owners by such a hold right now. */
 static inline bool
 hl_lease_in_hold(const Lease *lease, TimestampTz now)
 {
-	return lease != NULL && lease->state == LEASE_STATE_RELEASED &&
-		lease->hold_until != 0 && now < lease->hold_until;
+	return hl_hold_pending(lease) && now < lease->hold_until;
 }
 
 /* The row describes a term, running or lapsed, rather than nothing. */

@@ -365,8 +365,7 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 				now >= cur->expires_at)
 				return ACTION_ANNOUNCE_EXPIRY;
 			/* ... or the end of a released term's hold */
-			if (cur != NULL && cur->state == LEASE_STATE_RELEASED &&
-				cur->hold_until != 0 && now >= cur->hold_until)
+			if (hl_hold_pending(cur) && now >= cur->hold_until)
 				return ACTION_END_HOLD;
 			return ACTION_NONE;
 
@@ -734,8 +733,7 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			if (cur != NULL)
 				announce_end(req, cur, now, true);
 			/* a hold that ran out, not announced yet, is announced first */
-			if (cur != NULL && cur->state == LEASE_STATE_RELEASED &&
-				cur->hold_until != 0 && now >= cur->hold_until)
+			if (hl_hold_pending(cur) && now >= cur->hold_until)
 				announce_hold_end(cur, now);
 			hl_event("acquired", written);
 			hl_history_begin(written);
@@ -1281,7 +1279,7 @@ hl_forget(text *name, TimestampTz ended_before, int64 floor_raised)
 		hl_version_release(&cur);
 		if (!cur.found || TransactionIdIsValid(cur.inflight) ||
 			cur.lease.state == LEASE_STATE_HELD ||
-			cur.lease.hold_until != 0 ||
+			hl_hold_pending(&cur.lease) ||
 			(ended_before != 0 && cur.lease.expires_at >= ended_before) ||
 			(floor_raised != 0 && cur.lease.generation > floor_raised))
 			break;

@@ -274,7 +274,7 @@ scan_row(const Lease *lease, void *arg)
 		return true;
 
 	/* a released term's hold, whose end is to be announced */
-	if (lease->state == LEASE_STATE_RELEASED && lease->hold_until != 0)
+	if (hl_hold_pending(lease))
 	{
 		hl_schedule_add(schedule, VARDATA_ANY(lease->name),
 						VARSIZE_ANY_EXHDR(lease->name), lease->hold_until);
@@ -350,7 +350,7 @@ sweep_row(const Lease *lease, void *arg)
 
 	/* (nor one whose hold's end is still to be announced) */
 	if (lease->state != LEASE_STATE_HELD && lease->expires_at < round->cutoff &&
-		lease->hold_until == 0 &&
+		!hl_hold_pending(lease) &&
 		VARSIZE_ANY_EXHDR(lease->name) <= HL_MAX_NAME_BYTES)
 	{
 		MemoryContext old = MemoryContextSwitchTo(round->context);
@@ -749,15 +749,15 @@ look_at(const char *name, int namelen, int64 *announced, int64 *lag)
 	outcome = hl_lease_cas(&req, &result, &found);
 	now = GetCurrentTimestamp();
 
-	if (outcome == LEASE_DONE && result.state == LEASE_STATE_RELEASED)
+	if (outcome == LEASE_DONE)
 	{
-		/* the end of a released term's hold, announced */
-	}
-	else if (outcome == LEASE_DONE)
-	{
-		(*announced)++;
-		*lag = now - result.expires_at;
-		watch_fence(name, namelen, req.name, &result, now);
+		/* (or it announced the end of a released term's hold) */
+		if (result.state != LEASE_STATE_RELEASED)
+		{
+			(*announced)++;
+			*lag = now - result.expires_at;
+			watch_fence(name, namelen, req.name, &result, now);
+		}
 	}
 	else if (outcome == LEASE_CONTENDED)
 	{
@@ -774,8 +774,7 @@ look_at(const char *name, int namelen, int64 *announced, int64 *lag)
 	}
 	else if (found && result.state == LEASE_STATE_HELD)
 		hl_schedule_add(schedule, name, namelen, result.expires_at);
-	else if (found && result.state == LEASE_STATE_RELEASED &&
-			 result.hold_until != 0)
+	else if (found && hl_hold_pending(&result))
 		hl_schedule_add(schedule, name, namelen, result.hold_until);
 	else if (found && result.state == LEASE_STATE_EXPIRED)
 		watch_fence(name, namelen, req.name, &result, now);
