@@ -716,27 +716,24 @@ hl_lock_table(HlRel which, LOCKMODE lockmode, Oid *locked_relid,
 
 		if (!hl_lock_relation_briefly(relid, lockmode))
 			return false;
-		if (info->valid && info->checked && info->relid == relid)
+		if (OidIsValid(indexid) && !hl_lock_relation_briefly(indexid, lockmode))
 		{
-			if (OidIsValid(indexid) &&
-				!hl_lock_relation_briefly(indexid, lockmode))
-			{
-				UnlockRelationOid(relid, lockmode);
-				return false;
-			}
-			if (info->valid && info->checked && info->relid == relid &&
-				(!OidIsValid(indexid) || info->indexid == indexid))
-			{
-				if (locked_relid != NULL)
-					*locked_relid = relid;
-				if (locked_indexid != NULL)
-					*locked_indexid = indexid;
-				return true;
-			}
-			if (OidIsValid(indexid))
-				UnlockRelationOid(indexid, lockmode);
+			UnlockRelationOid(relid, lockmode);
+			return false;
 		}
-		/* changed meanwhile: find it again */
+		/* still the table checked, once the locks processed invalidations */
+		if (info->valid && info->checked && info->relid == relid &&
+			(!OidIsValid(indexid) || info->indexid == indexid))
+		{
+			if (locked_relid != NULL)
+				*locked_relid = relid;
+			if (locked_indexid != NULL)
+				*locked_indexid = indexid;
+			return true;
+		}
+		/* changed meanwhile: give both back, and find it again */
+		if (OidIsValid(indexid))
+			UnlockRelationOid(indexid, lockmode);
 		UnlockRelationOid(relid, lockmode);
 	}
 	if (!hl_open(which, lockmode, false, &rel))
