@@ -16,6 +16,10 @@ const (
 	DefaultHandoffLinger = 100 * time.Millisecond
 )
 
+// maxSlots is the most terms of a lease hoplock runs at once
+// (Elector.Slots).
+const maxSlots = 1000
+
 // Elector campaigns for a lease, renews it while it leads, and tells its
 // program when it leads and when it has lost. Set its fields, then call
 // Lead or Run; it is not to be changed while either runs. One Elector (and
@@ -62,7 +66,7 @@ type Elector struct {
 	// process's teardown -- its connections closing, each a server
 	// process exiting, and its own exit -- for the same cores: on two
 	// cores that teardown took 4.5-5 ms at the median, most of the
-	// handover's tail (bench/RESULTS.md, section 9). A stop is that much
+	// handover's tail (bench/HISTORY.md, section 9). A stop is that much
 	// slower; the new leader leads no later.
 	HandoffLinger time.Duration
 
@@ -106,6 +110,18 @@ type Elector struct {
 	// ErrUnsupported rather than lead without the hold.
 	MinHold time.Duration
 
+	// Slots, if above 1, lets up to Slots Electors of different Owners
+	// lead the lease at once ("N workers at most"), each in a term of its
+	// own with its own generation (its fencing token); one more waits
+	// until a term ends. Every Elector of the lease must give the same
+	// Slots (the server refuses another number: an error marked
+	// Permanent). Leader reports one of the running terms. Only with a
+	// backend that implements CandidateWaiter and Renewer and can run
+	// several terms (the postgres backend, against hoplock 1.2 and
+	// later): with any other, Lead and Run return an error wrapping
+	// ErrUnsupported rather than lead alone. 0 or 1: one term at a time.
+	Slots int
+
 	active atomic.Value // *term: the running term, for Handoff
 	health atomic.Value // *health: what Health judges by
 }
@@ -148,7 +164,7 @@ func (e *Elector) config() (*elector, error) {
 		e:              e,
 		b:              e.Backend,
 		owner:          e.Owner,
-		cand:           Candidate{Priority: e.Priority, Value: e.Value, MinHold: e.MinHold},
+		cand:           Candidate{Priority: e.Priority, Value: e.Value, MinHold: e.MinHold, Slots: e.Slots},
 		ttl:            e.TTL,
 		renew:          e.Renew,
 		poll:           e.Poll,
@@ -171,6 +187,9 @@ func (e *Elector) config() (*elector, error) {
 	}
 	if c.cand.MinHold < 0 || c.cand.MinHold > c.ttl {
 		return nil, fmt.Errorf("hoplock: Elector.MinHold (%v) must not be negative nor more than TTL (%v)", c.cand.MinHold, c.ttl)
+	}
+	if c.cand.Slots < 0 || c.cand.Slots > maxSlots {
+		return nil, fmt.Errorf("hoplock: Elector.Slots (%d) must be 0 to %d", c.cand.Slots, maxSlots)
 	}
 	if c.poll == 0 {
 		c.poll = c.renew
@@ -209,6 +228,9 @@ func (e *Elector) config() (*elector, error) {
 	c.handoff, _ = e.Backend.(HandOffer)
 	if c.cand.MinHold > 0 && c.cwaiter == nil {
 		return nil, fmt.Errorf("hoplock: Elector.MinHold needs a backend that implements CandidateWaiter: %w", ErrUnsupported)
+	}
+	if c.cand.Slots > 1 && (c.cwaiter == nil || c.renewer == nil) {
+		return nil, fmt.Errorf("hoplock: Elector.Slots needs a backend that implements CandidateWaiter and Renewer: %w", ErrUnsupported)
 	}
 	c.health = newHealth(c)
 	e.setHealth(c.health)
@@ -479,22 +501,32 @@ func (c *elector) campaign(ctx context.Context, wake <-chan struct{}) (Lease, ti
 
 		// A term that began long after its call was sent (a wait
 		// that lasted) is renewed before it is used, so that its
-		// deadline starts from a recent send time.
+		// deadline starts from a recent send time. A wait that
+		// lasted past the TTL leaves a term this Elector cannot
+		// vouch for by its own clock, but renewing it is safe (a
+		// renewal by generation succeeds only while the term is
+		// still current): it gets Renew to succeed, and the term is
+		// dropped only if the renewal says it is over or fails.
 		l := *lease
 		fresh := true
+		limit := sent.Add(c.ttl - c.guard)
+		if late := time.Now().Add(c.renew); late.After(limit) {
+			limit = late
+		}
 		for time.Since(sent) >= c.renew {
-			if time.Since(sent) >= c.ttl-c.guard {
+			s := time.Now()
+			if !s.Before(limit) {
 				fresh = false
 				break
 			}
-			s := time.Now()
 			c.health.heartbeat()
-			rctx, cancel := context.WithDeadline(ctx, sent.Add(c.ttl-c.guard))
+			rctx, cancel := context.WithDeadline(ctx, limit)
 			nl, err := c.renewOnce(rctx, l)
 			cancel()
 			c.health.heartbeat()
 			if err == nil {
 				l, sent = nl, s
+				limit = s.Add(c.ttl - c.guard)
 				continue
 			}
 			l = nl
@@ -603,15 +635,27 @@ func (c *elector) renewOnce(ctx context.Context, l Lease) (Lease, error) {
 }
 
 // confirm checks, after a hint that the lease may have changed, whether
-// the term of l still holds it. It returns why not, or nil if it does or
-// if the check itself failed.
-func (c *elector) confirm(ctx context.Context, l Lease) error {
+// the term of l still holds it. It returns why not (nil if it does), and
+// the error of the check itself if it could not tell (then lost is nil).
+func (c *elector) confirm(ctx context.Context, l Lease) (lost, failed error) {
+	if c.cand.Slots > 1 {
+		// the holder is one of several: ask for this term itself
+		nl, err := c.renewer.Renew(ctx, c.owner, c.ttl, l.Generation)
+		switch {
+		case err != nil && !c.definitive(err):
+			return nil, err
+		case err != nil:
+			return err, nil
+		case nl == nil || nl.Generation != l.Generation:
+			return ErrNoLease, nil
+		}
+		return nil, nil
+	}
 	var cur *State
 	if c.holder != nil {
 		h, err := c.holder.Holder(ctx)
 		if err != nil {
-			c.warn("could not confirm the lease after a change was announced", err)
-			return nil
+			return nil, err
 		}
 		if h != nil {
 			cur = &h.State
@@ -619,18 +663,17 @@ func (c *elector) confirm(ctx context.Context, l Lease) error {
 	} else {
 		st, _, err := c.b.Read(ctx)
 		if err != nil && !errors.Is(err, ErrNoLease) {
-			c.warn("could not confirm the lease after a change was announced", err)
-			return nil
+			return nil, err
 		}
 		cur = st
 	}
 	switch {
 	case cur == nil:
-		return ErrNoLease
+		return ErrNoLease, nil
 	case cur.Owner != c.owner || cur.Generation != l.Generation:
-		return ErrLeaseHeld
+		return ErrLeaseHeld, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // definitive reports whether a renewal error means the term is over, as

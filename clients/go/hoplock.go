@@ -202,12 +202,14 @@ type Watcher interface {
 
 // Candidate is how a campaign waits for the lease: its priority among the
 // candidates (higher first, then the one waiting longest), the value to
-// proclaim for the term it begins, and how long that term keeps the lease
-// from other owners at least, even if released sooner (0: no hold).
+// proclaim for the term it begins, how long that term keeps the lease
+// from other owners at least, even if released sooner (0: no hold), and
+// how many terms of the lease may run at once (0 or 1: one).
 type Candidate struct {
 	Priority int
 	Value    string
 	MinHold  time.Duration
+	Slots    int
 }
 
 // CandidateWaiter is a Waiter whose waits are ranked candidates that
@@ -215,8 +217,9 @@ type Candidate struct {
 type CandidateWaiter interface {
 	// WaitCandidate is Wait as candidate cand. A backend (or server)
 	// that cannot rank candidates or keep values ignores them and
-	// waits as Wait does. One that cannot hold a term cand.MinHold
-	// returns an error marked Permanent that wraps ErrUnsupported.
+	// waits as Wait does. One that cannot hold a term cand.MinHold, or
+	// run cand.Slots terms at once, returns an error marked Permanent that
+	// wraps ErrUnsupported.
 	WaitCandidate(ctx context.Context, owner string, ttl, timeout time.Duration, cand Candidate) (*Lease, error)
 }
 

@@ -130,11 +130,24 @@ func (t *term) loop(sent time.Time, wake <-chan struct{}) {
 				wake = nil
 				continue
 			}
+			if t.ctx.Err() != nil {
+				return // the term ended meanwhile: nothing to confirm
+			}
 			t.calls.Lock()
 			ctx, cancel := context.WithTimeout(t.ctx, c.renew)
-			err := c.confirm(ctx, t.current())
+			err, failed := c.confirm(ctx, t.current())
 			cancel()
 			t.calls.Unlock()
+			if failed != nil {
+				// A check cut short by the end of the term (fn
+				// returned, the term was lost or stepped down) is
+				// no failure: the renewals go on otherwise.
+				if t.ctx.Err() != nil {
+					return
+				}
+				c.warn("could not confirm the lease after a change was announced", failed)
+				continue
+			}
 			if err != nil {
 				t.lose(err)
 				return

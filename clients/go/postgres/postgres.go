@@ -74,6 +74,17 @@ type Options struct {
 	// a pooler in between.
 	WatchWait time.Duration
 
+	// NoCancel leaves a wait (Wait, WaitCandidate) or a hoplock_watch
+	// call that ctx ends to finish by itself in the server -- within its
+	// timeout, Poll or WatchWait -- instead of cancelling it with a cancel
+	// request: the call returns at once, a term such a wait still begins
+	// is released, and the connection goes back to the pool when the
+	// server is done. Set it behind PgBouncer 1.18 or 1.19, which can
+	// crash on a cancel request whose client exits right after (README,
+	// "Through PgBouncer"). A LISTEN connection (FollowListen) is closed
+	// as before: use FollowWatch through a pooler.
+	NoCancel bool
+
 	// WatchPoll is how often Watch reads the holder when it can neither
 	// LISTEN nor call hoplock_watch: a driver other than pgx, or
 	// FollowWatch, against hoplock 1.1; and, for WatchWait at a time,
@@ -132,11 +143,16 @@ type Backend struct {
 		sync.Mutex
 		known   bool
 		v12     bool // hoplock_handoff, hoplock_proclaim, ranked candidates
-		minHold bool // hoplock_wait(..., min_hold)
+		minHold bool // hoplock_wait(..., min_hold, slots) of 1.2
 	}
 
 	mu     sync.Mutex
 	pinned map[int64]*sql.Conn // session-bound terms' connections
+
+	// abandoned: per owner, the waits left to end by themselves
+	// (Options.NoCancel) not over yet (nocancel.go)
+	abandonedMu sync.Mutex
+	abandoned   map[string]*abandonedWaits
 
 	// watchHook, if set (by the tests), is told of each step of
 	// following the events (see followWatch).
@@ -186,7 +202,7 @@ type queries struct {
 	read, write, delete, wait, renew, release, releaseAny, holder, fence string
 	position, watch                                                      string
 	waitCandidate, proclaim, handoff, hasV12, stepDownTo                 string
-	waitHold                                                             string
+	waitHold, waitSlots                                                  string
 }
 
 // The columns of a hoplock_lease that scanLease reads: hoplock 1.1's, then
@@ -221,6 +237,7 @@ func newQueries(schema string, v12 bool) queries {
 
 		waitCandidate: f("SELECT " + leaseColumns + " FROM %s.hoplock_wait($1::text, $2::text, $3::interval, $4::interval, $5::boolean, $6::integer, $7::text) AS l"),
 		waitHold:      f("SELECT " + leaseColumns + " FROM %s.hoplock_wait($1::text, $2::text, $3::interval, $4::interval, $5::boolean, $6::integer, $7::text, false, $8::interval) AS l"),
+		waitSlots:     f("SELECT " + leaseColumns + " FROM %s.hoplock_wait($1::text, $2::text, $3::interval, $4::interval, $5::boolean, $6::integer, $7::text, false, $8::interval, $9::integer) AS l"),
 		proclaim:      f("SELECT %s.hoplock_proclaim($1::text, $2::text, $3::bigint, $4::text)"),
 		handoff:       f("SELECT " + leaseColumns + " FROM %s.hoplock_handoff($1::text, $2::text, $3::bigint, $4::text) AS l"),
 		hasV12:        "SELECT pg_catalog.to_regprocedure($1::text) IS NOT NULL",
@@ -298,7 +315,7 @@ func (b *Backend) detect(ctx context.Context) (v12, minHold bool, err error) {
 		ok *bool
 	}{
 		{schema + ".hoplock_handoff(text,text,bigint,text)", &v12},
-		{schema + ".hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean,interval)", &minHold},
+		{schema + ".hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean,interval,integer)", &minHold},
 	} {
 		if err := b.db.QueryRowContext(ctx, b.q.hasV12, f.fn).Scan(f.ok); err != nil {
 			return false, false, classify("to_regprocedure", err)
@@ -346,6 +363,9 @@ func (b *Backend) Write(ctx context.Context, prevHandle string, s *hoplock.State
 	if prevHandle != "" {
 		prev = sql.NullString{String: prevHandle, Valid: true}
 	}
+	if err := b.awaitAbandoned(ctx, s.Owner); err != nil {
+		return "", err
+	}
 	l, err := scanLease(b.db.QueryRowContext(ctx, b.q.write, b.name, prev, s.Owner, interval(ttl)))
 	if err != nil {
 		return "", classify("hoplock_write", err)
@@ -380,14 +400,15 @@ func (b *Backend) Delete(ctx context.Context, handle string) error {
 // nil) after timeout (hoplock_wait). It waits on a connection of its own;
 // when ctx ends first, the wait is cancelled in the server.
 func (b *Backend) Wait(ctx context.Context, owner string, ttl, timeout time.Duration) (*hoplock.Lease, error) {
-	return b.wait(ctx, b.q.wait, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound)
+	return b.wait(ctx, owner, timeout, b.q.wait, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound)
 }
 
 // WaitCandidate is Wait as a candidate of priority cand.Priority, whose
 // term begins with the value cand.Value and, if cand.MinHold is set, is
-// held at least that long (hoplock_wait(..., priority, value, min_hold));
-// against hoplock 1.1 it is Wait. A MinHold the server's hoplock_wait
-// cannot take (before 1.2) is an error marked Permanent that wraps
+// held at least that long (hoplock_wait(..., priority, value, min_hold)),
+// in one of cand.Slots slots if above 1 (slots => N); against hoplock 1.1
+// it is Wait. A MinHold or Slots the server's hoplock_wait cannot take
+// (before 1.2) is an error marked Permanent that wraps
 // hoplock.ErrUnsupported, never ignored.
 func (b *Backend) WaitCandidate(ctx context.Context, owner string, ttl, timeout time.Duration, cand hoplock.Candidate) (*hoplock.Lease, error) {
 	v12, minHold, err := b.detect(ctx)
@@ -398,6 +419,10 @@ func (b *Backend) WaitCandidate(ctx context.Context, owner string, ttl, timeout 
 		return nil, hoplock.Permanent(fmt.Errorf("hoplock/postgres: MinHold needs hoplock 1.2 or later: %s.hoplock_wait has no min_hold: %w",
 			quoteIdent(b.opts.Schema), hoplock.ErrUnsupported))
 	}
+	if cand.Slots > 1 && !minHold {
+		return nil, hoplock.Permanent(fmt.Errorf("hoplock/postgres: Slots needs hoplock 1.2 or later: %s.hoplock_wait has no slots: %w",
+			quoteIdent(b.opts.Schema), hoplock.ErrUnsupported))
+	}
 	if !v12 {
 		return b.Wait(ctx, owner, ttl, timeout)
 	}
@@ -405,14 +430,35 @@ func (b *Backend) WaitCandidate(ctx context.Context, owner string, ttl, timeout 
 	if cand.Value != "" {
 		value = sql.NullString{String: cand.Value, Valid: true}
 	}
+	if cand.Slots > 1 {
+		var hold sql.NullString
+		if cand.MinHold > 0 {
+			hold = sql.NullString{String: interval(cand.MinHold), Valid: true}
+		}
+		return b.wait(ctx, owner, timeout, b.q12.waitSlots, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound,
+			cand.Priority, value, hold, cand.Slots)
+	}
 	if cand.MinHold > 0 {
-		return b.wait(ctx, b.q12.waitHold, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound,
+		return b.wait(ctx, owner, timeout, b.q12.waitHold, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound,
 			cand.Priority, value, interval(cand.MinHold))
 	}
-	return b.wait(ctx, b.q12.waitCandidate, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound, cand.Priority, value)
+	return b.wait(ctx, owner, timeout, b.q12.waitCandidate, b.name, owner, interval(ttl), interval(timeout), b.opts.SessionBound, cand.Priority, value)
 }
 
-func (b *Backend) wait(ctx context.Context, query string, args ...any) (*hoplock.Lease, error) {
+// wait runs a hoplock_wait query for owner that waits up to timeout.
+func (b *Backend) wait(ctx context.Context, owner string, timeout time.Duration, query string, args ...any) (*hoplock.Lease, error) {
+	if err := b.awaitAbandoned(ctx, owner); err != nil {
+		return nil, err
+	}
+	if b.opts.NoCancel {
+		return b.waitUncancelled(ctx, owner, timeout, query, args...)
+	}
+	return b.waitOn(ctx, query, args...)
+}
+
+// waitOn runs a hoplock_wait query on a connection of its own, cancelled
+// in the server when ctx ends first.
+func (b *Backend) waitOn(ctx context.Context, query string, args ...any) (*hoplock.Lease, error) {
 	conn, err := b.db.Conn(ctx)
 	if err != nil {
 		return nil, classify("hoplock_wait", err)

@@ -88,6 +88,8 @@ func TestMain(m *testing.M) {
 // hoplock 1.2); otherwise the Elector hands the term over. With
 // HOPLOCK_TEST_WARM=N its pool is warm before it campaigns (warmUp).
 // HOPLOCK_TEST_LINGER=DURATION sets its HandoffLinger (negative: none).
+// HOPLOCK_TEST_NO_CANCEL sets the backend's Options.NoCancel.
+// HOPLOCK_TEST_TABLE names the table it writes to (default proc_writes).
 // Diagnostics, to take the stopped leader's own teardown out of a
 // handover: HOPLOCK_TEST_EXIT_LATE=DURATION holds the process's exit (and
 // the closing of its pool) back that long after Lead returned, and
@@ -140,6 +142,7 @@ func childMain() int {
 		Schema:       testSchema(),
 		SessionBound: os.Getenv("HOPLOCK_TEST_SESSION_BOUND") != "",
 		Follow:       map[bool]postgres.Follow{false: postgres.FollowListen, true: postgres.FollowWatch}[pooled],
+		NoCancel:     os.Getenv("HOPLOCK_TEST_NO_CANCEL") != "",
 	})
 	var waited waitClock
 	eb := childBackend{Backend: b, Waiter: timedWaiter{b, &waited}, Renewer: b, Releaser: b,
@@ -161,6 +164,10 @@ func childMain() int {
 		e.Backend = eb
 	}
 	fencedRows := os.Getenv("HOPLOCK_TEST_FENCED") != ""
+	writes := "proc_writes"
+	if tbl := os.Getenv("HOPLOCK_TEST_TABLE"); tbl != "" {
+		writes = pgx.Identifier{tbl}.Sanitize()
+	}
 	if n, err := strconv.Atoi(os.Getenv("HOPLOCK_TEST_WARM")); err == nil && n > 0 {
 		if err := warmUp(db, b, n, owner); err != nil {
 			fmt.Fprintln(os.Stderr, "warm-up:", err)
@@ -205,7 +212,7 @@ func childMain() int {
 			say("fenced %d %d", gen, wall())
 			<-cont
 		}
-		if err := tx.QueryRowContext(wctx, `INSERT INTO proc_writes (name, owner, generation) VALUES ($1, $2, $3)
+		if err := tx.QueryRowContext(wctx, `INSERT INTO `+writes+` (name, owner, generation) VALUES ($1, $2, $3)
 			RETURNING id, at`, name, owner, gen).Scan(&id, &at); err != nil {
 			return 0, at, err
 		}
@@ -215,7 +222,7 @@ func childMain() int {
 	// one statement, in one round trip (the simple protocol: nothing to
 	// prepare on a connection that never ran it).
 	insert := func(wctx context.Context, gen int64) (id int64, at time.Time, err error) {
-		err = db.QueryRowContext(wctx, `INSERT INTO proc_writes (name, owner, generation) VALUES ($1, $2, $3)
+		err = db.QueryRowContext(wctx, `INSERT INTO `+writes+` (name, owner, generation) VALUES ($1, $2, $3)
 			RETURNING id, at`, pgx.QuerySimpleProtocol(true), name, owner, gen).Scan(&id, &at)
 		return id, at, err
 	}

@@ -69,7 +69,11 @@ func (b *Backend) followWatch(ctx context.Context, out chan<- struct{}) error {
 		} else {
 			b.hook("watch", after)
 			prev := after
-			err = b.watchOnce(ctx, &after, out)
+			if b.opts.NoCancel {
+				err = b.watchUncancelled(ctx, &after, out)
+			} else {
+				err = b.watchOnce(ctx, &after, out)
+			}
 			if err == nil {
 				retry = firstRetry
 				if after != prev {

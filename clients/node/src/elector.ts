@@ -55,7 +55,9 @@ export class LeadershipLost extends HoplockError {
 
 /** One term, as the server returned it.  generation (the fencing token)
  *  is a BigInt, exact.  deadline: when, by performance.now() (ms), the
- *  term lapses unless renewed (null for another instance's term). */
+ *  term lapses unless renewed (null for another instance's term).  slot:
+ *  the term's slot (1 to slots) for an Elector with slots above 1, else
+ *  null. */
 export interface Lease {
   name: string;
   owner: string;
@@ -67,6 +69,7 @@ export interface Lease {
   stepDown: boolean;
   stepDownTo: string | null;
   deadline: number | null;
+  slot: number | null;
 }
 
 export interface Health {
@@ -75,6 +78,8 @@ export interface Health {
   ok: boolean;
   reason: string;
   leading: boolean;
+  /** the slot of the term it leads in (slots above 1), else null */
+  slot: number | null;
 }
 
 export type Follow = 'listen' | 'watch';
@@ -100,6 +105,10 @@ export interface ElectorOptions {
   value?: string | null;
   /** seconds: hoplock_wait(..., min_hold => ...) */
   minHold?: number | null;
+  /** up to this many Electors of different owners lead at once, each in a
+   *  slot of its own (hoplock_wait(..., slots => N)): 1 to 1000 (default 1);
+   *  every Elector of the lease must give the same */
+  slots?: number;
   /** 'listen' (LISTEN on a connection of its own) or 'watch' (hoplock_watch: behind PgBouncer) */
   follow?: Follow;
   /** seconds each hoplock_watch waits at most (default 10) */
@@ -123,12 +132,16 @@ interface Settings {
   priority: number;
   value: string | null;
   minHold: number | null;
+  slots: number;
   follow: Follow;
   watchWait: number;
   releaseTimeout: number;
   handoffLinger: number;
   guard: number;
 }
+
+/** The most terms of a name hoplock runs at once (slots => N). */
+const MAX_SLOTS = 1000;
 
 export function defaultOwner(): string {
   return `${os.hostname()}:${process.pid}`;
@@ -145,6 +158,9 @@ function settings(o: ElectorOptions): Settings {
   const minHold = o.minHold == null ? null : o.minHold * 1000;
   if (minHold !== null && !(minHold > 0 && minHold <= ttl))
     throw new RangeError('hoplock: minHold must be positive and at most ttl');
+  const slots = o.slots ?? 1;
+  if (typeof slots !== 'number' || !Number.isInteger(slots) || slots < 1 || slots > MAX_SLOTS)
+    throw new RangeError(`hoplock: slots must be an integer from 1 to ${MAX_SLOTS} (${String(slots)})`);
   const follow = o.follow ?? 'listen';
   if (follow !== 'listen' && follow !== 'watch') throw new RangeError(`hoplock: follow must be 'listen' or 'watch'`);
   return {
@@ -158,6 +174,7 @@ function settings(o: ElectorOptions): Settings {
     priority: o.priority ?? 0,
     value: o.value ?? null,
     minHold,
+    slots,
     follow,
     watchWait: (o.watchWait ?? 10) * 1000,
     releaseTimeout: o.releaseTimeout == null ? Math.min(5000, ttl) : o.releaseTimeout * 1000,
@@ -193,12 +210,14 @@ class Queries {
   position: string;
   watch: string;
   stepDownTo: string;
+  slot: string;
   hasMinHold: string;
   constructor(schema: string, minHold: boolean) {
     const s = `"${schema.replace(/"/g, '""')}"`;
     this.wait =
       `SELECT ${COLS} FROM ${s}.hoplock_wait($1::text, $2::text, $3::interval, $4::interval, ` +
-      `$5::boolean, $6::integer, $7::text${minHold ? ', min_hold => $8::interval' : ''}) AS l`;
+      // min_hold and slots came together (1.2's 10-argument hoplock_wait)
+      `$5::boolean, $6::integer, $7::text${minHold ? ', min_hold => $8::interval, slots => $9::integer' : ''}) AS l`;
     this.renew = `SELECT ${COLS} FROM ${s}.hoplock_renew($1::text, $2::text, $3::interval, $4::bigint) AS l`;
     this.release = `SELECT ${s}.hoplock_release($1::text, $2::text, $3::bigint) AS ok`;
     this.releaseAny = `SELECT ${s}.hoplock_release($1::text, $2::text) AS ok`;
@@ -207,13 +226,18 @@ class Queries {
     this.proclaim = `SELECT ${s}.hoplock_proclaim($1::text, $2::text, $3::bigint, $4::text)`;
     this.fence = `SELECT ${s}.hoplock_fence($1::text, $2::bigint)`;
     this.position = `SELECT ${s}.hoplock_position()::pg_catalog.text AS seq`;
-    this.watch = `SELECT w.seq::pg_catalog.text AS seq, w.name FROM ${s}.hoplock_watch($1::bigint, $2::interval) AS w`;
+    this.watch =
+      `SELECT w.seq::pg_catalog.text AS seq, w.name${minHold ? ', w.slot' : ''} ` +
+      `FROM ${s}.hoplock_watch($1::bigint, $2::interval) AS w`;
     this.stepDownTo =
       `SELECT v.step_down_to FROM ${s}.hoplock_leases AS v ` +
       'WHERE v.name OPERATOR(pg_catalog.=) $1::text AND v.generation OPERATOR(pg_catalog.=) $2::bigint';
+    this.slot =
+      `SELECT v.slot FROM ${s}.hoplock_leases AS v ` +
+      'WHERE v.name OPERATOR(pg_catalog.=) $1::text AND v.generation OPERATOR(pg_catalog.=) $2::bigint';
     this.hasMinHold =
       `SELECT pg_catalog.to_regprocedure('${s.replace(/'/g, "''")}.hoplock_wait(text,text,interval,interval,` +
-      `boolean,integer,text,boolean,interval)') IS NOT NULL AS ok`;
+      `boolean,integer,text,boolean,interval,integer)') IS NOT NULL AS ok`;
   }
 }
 
@@ -240,7 +264,14 @@ function leaseFrom(row: Row | undefined, deadline: number | null = null): Lease 
     stepDown: !!row.step_down,
     stepDownTo: null,
     deadline,
+    slot: null,
   };
+}
+
+/** Is an event of slot (null: none given) about a slot other than mine
+ *  (null: not known)?  Such an event cannot end this Elector's term. */
+function otherSlot(slot: number | null | undefined, mine: number | null): boolean {
+  return slot != null && mine !== null && slot !== mine;
 }
 
 function sqlstate(err: unknown): string | null {
@@ -355,6 +386,7 @@ class Follower {
   private relevant(payload: string | undefined): boolean {
     const p = parsePayload(payload);
     if (p === null || p.name !== this.e.s.name) return false;
+    if (otherSlot(p.slot, this.e._slot)) return false; // another slot's term: not ours
     if (p.seq !== null) {
       const k = p.seq.toString();
       if (this.seen.has(k)) return false; // a repeat
@@ -430,7 +462,7 @@ class Follower {
         for (const row of r.rows) {
           const seq: bigint = BigInt(row.seq);
           if (after === null || seq > after) after = seq;
-          if (row.name === e.s.name) hit = true;
+          if (row.name === e.s.name && !otherSlot(row.slot, e._slot)) hit = true;
         }
         retry.reset();
         if (hit && !this.closed) this.hint();
@@ -504,6 +536,7 @@ export class Term {
     this._lease = { ...lease, deadline: this.deadline };
     e._h.leading = true;
     e._h.deadline = this.deadline;
+    e._h.slot = lease.slot;
     this.arm();
   }
 
@@ -514,6 +547,11 @@ export class Term {
   /** the fencing token, exact */
   get generation(): bigint {
     return this._lease.generation;
+  }
+  /** the slot this term runs in (1 to slots) with slots above 1; null
+   *  without slots, or if it could not be read */
+  get slot(): number | null {
+    return this._lease.slot;
   }
   /** true once the term is over (checks the deadline itself) */
   get lost(): boolean {
@@ -679,7 +717,12 @@ export class Term {
         }
         if (this.over) return;
         this.deadline = start + s.ttl;
-        this._lease = { ...got, deadline: this.deadline, acquiredAt: got.acquiredAt ?? this._lease.acquiredAt };
+        this._lease = {
+          ...got,
+          deadline: this.deadline,
+          acquiredAt: got.acquiredAt ?? this._lease.acquiredAt,
+          slot: this._lease.slot,
+        };
         this.lastErr = null;
         e._h.deadline = this.deadline;
         this.arm();
@@ -706,6 +749,7 @@ export class Term {
     const e = this.e;
     await this.locked(async () => {
       if (this.over) return;
+      if (e.s.slots > 1) return this.confirmSlot();
       let cur: Lease | null;
       try {
         cur = leaseFrom((await e._query(e.q.holder, [e.s.name], e.s.renew))[0]);
@@ -718,6 +762,24 @@ export class Term {
         this.lose(new LeaseHeld('hoplock: another term holds the lease'));
     });
   }
+
+  /** With slots, the holder is one of several (hoplock_holder reads the
+   *  lowest slot's term): ask for this term itself, renewing it by
+   *  generation, which succeeds only while it runs. */
+  private async confirmSlot(): Promise<void> {
+    const e = this.e;
+    const s = e.s;
+    let nl: Lease | null;
+    try {
+      nl = leaseFrom((await e._query(e.q.renew, [s.name, s.owner, interval(s.ttl), this.generation.toString()], s.renew))[0]);
+    } catch (ex) {
+      const c = classify(ex);
+      if (c instanceof Permanent) this.lose(c);
+      else e.warn(`could not confirm the lease: ${c.message}`);
+      return;
+    }
+    if (nl === null || nl.generation !== this.generation) this.lose(new NoLease('hoplock: the term is over'));
+  }
 }
 
 // ---------------------------------------------------------------- the Elector
@@ -727,13 +789,15 @@ class HealthState {
   deadline = 0;
   campaigning = false;
   beat = 0;
+  slot: number | null = null; // the slot of the term it leads in
   judge(s: Settings): Health {
     const t = now();
+    const slot = this.leading ? this.slot : null;
     if (this.leading && t > this.deadline)
-      return { ok: false, reason: `leads but has not renewed within the ttl (${((t - this.deadline) / 1000).toFixed(3)} s late)`, leading: true };
+      return { ok: false, reason: `leads but has not renewed within the ttl (${((t - this.deadline) / 1000).toFixed(3)} s late)`, leading: true, slot };
     if (this.campaigning && t - this.beat > s.poll + s.ttl + s.releaseTimeout)
-      return { ok: false, reason: `campaign wedged: no call returned for ${((t - this.beat) / 1000).toFixed(3)} s`, leading: false };
-    return { ok: true, reason: this.leading ? 'leading' : 'following', leading: this.leading };
+      return { ok: false, reason: `campaign wedged: no call returned for ${((t - this.beat) / 1000).toFixed(3)} s`, leading: false, slot };
+    return { ok: true, reason: this.leading ? 'leading' : 'following', leading: this.leading, slot };
   }
 }
 
@@ -806,6 +870,10 @@ export class Elector extends EventEmitter {
   get stopped(): boolean {
     return this.stopping;
   }
+  /** @internal the slot of the term this Elector runs, if known */
+  get _slot(): number | null {
+    return this.term ? this.term.slot : null;
+  }
 
   /** Emits an event; a listener that throws does not break the term's
    *  bookkeeping: its error is rethrown on the next tick, as an uncaught
@@ -847,9 +915,11 @@ export class Elector extends EventEmitter {
     return this._h.judge(this.s);
   }
 
-  /** Who leads now (hoplock_holder), with its value, or null. */
+  /** Who leads now (hoplock_holder), with its value, or null; with slots,
+   *  the term of the lowest slot running, with its slot. */
   async leader(): Promise<Lease | null> {
-    return leaseFrom((await this._query(this.q.holder, [this.s.name]))[0]);
+    const cur = leaseFrom((await this._query(this.q.holder, [this.s.name]))[0]);
+    return cur === null ? null : this.findSlot(cur);
   }
 
   /** Runs fn in a transaction whose first statement is
@@ -926,6 +996,7 @@ export class Elector extends EventEmitter {
       this.minHoldKnown = !!r[0]?.ok;
       this.q = new Queries(this.s.schema, this.minHoldKnown);
       if (this.s.minHold !== null && !this.minHoldKnown) throw new Permanent('hoplock: minHold needs a hoplock that has it');
+      if (this.s.slots > 1 && !this.minHoldKnown) throw new Permanent('hoplock: slots needs hoplock 1.2 or later');
     }
     return this.minHoldKnown;
   }
@@ -933,7 +1004,7 @@ export class Elector extends EventEmitter {
   private waitParams(hold: boolean): unknown[] {
     const s = this.s;
     const p: unknown[] = [s.name, s.owner, interval(s.ttl), interval(s.poll), s.sessionBound, s.priority, s.value];
-    if (hold) p.push(s.minHold === null ? null : interval(s.minHold));
+    if (hold) p.push(s.minHold === null ? null : interval(s.minHold), s.slots);
     return p;
   }
 
@@ -999,7 +1070,7 @@ export class Elector extends EventEmitter {
           if (this.stopping) throw new Stopped('hoplock: stopped');
           continue;
         }
-        const l = await this.proclaim(fresh.lease);
+        const l = await this.findSlot(await this.proclaim(fresh.lease));
         return { lease: { ...l, deadline: fresh.sent + s.ttl }, sent: fresh.sent, bound };
       }
     } finally {
@@ -1007,26 +1078,51 @@ export class Elector extends EventEmitter {
     }
   }
 
-  /** A term granted long after its wait was sent is renewed before use. */
+  /**
+   * A term granted long after its wait was sent is renewed before use. A
+   * wait that lasted past the ttl leaves a term this process cannot vouch
+   * for by its own clock, but renewing it is safe (a renewal by generation
+   * succeeds only while the term is current): it gets renew ms to succeed,
+   * and the term is dropped only if the renewal says it is over or fails.
+   */
   private async freshen(lease: Lease, sent: number): Promise<{ lease: Lease; sent: number } | null> {
     const s = this.s;
     const retry = new Backoff(s.renew);
+    // the last instant a renewal may end: the term's own deadline, or for
+    // a wait that lasted past the ttl, renew from now
+    let limit = Math.max(sent + s.ttl - s.guard, now() + s.renew);
     while (now() - sent >= s.renew) {
-      if (now() - sent >= s.ttl - s.guard) return null;
       const start = now();
+      if (start >= limit) return null;
       try {
         const r = await this._query(this.q.renew, [s.name, s.owner, interval(s.ttl), lease.generation.toString()],
-          sent + s.ttl - s.guard - start);
+          limit - start);
         const nl = leaseFrom(r[0]);
         if (nl === null || nl.generation !== lease.generation) return null;
         lease = nl;
         sent = start;
+        limit = start + s.ttl - s.guard;
       } catch (err) {
         if (classify(err) instanceof Permanent) return null;
         await sleep(retry.next());
       }
     }
     return { lease, sent };
+  }
+
+  /** With slots, the lease with the slot its term runs in (the
+   *  hoplock_lease row has none).  A failure is logged, not fatal: the term
+   *  is no less this Elector's (its slot is then null). */
+  private async findSlot(lease: Lease): Promise<Lease> {
+    const s = this.s;
+    if (s.slots <= 1) return lease;
+    try {
+      const r = await this._query(this.q.slot, [s.name, lease.generation.toString()], s.renew);
+      return r[0]?.slot == null ? lease : { ...lease, slot: Number(r[0].slot) };
+    } catch (err) {
+      this.warn(`could not read the slot of generation ${lease.generation}: ${(err as Error).message}`);
+      return lease;
+    }
   }
 
   private async proclaim(lease: Lease): Promise<Lease> {

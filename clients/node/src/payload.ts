@@ -11,6 +11,8 @@ export interface Payload {
   seq: bigint | null;
   owner: string | null;
   value: string | null;
+  /** the slot of the term, for a lease with slots (null: none given) */
+  slot: number | null;
 }
 
 const INT = /^-?[0-9]{1,19}$/;
@@ -45,5 +47,6 @@ export function parsePayload(payload: string | undefined | null): Payload | null
     seq: exact(o, 'seq'),
     owner: typeof o.owner === 'string' ? o.owner : null,
     value: typeof o.value === 'string' ? o.value : null,
+    slot: typeof o.slot === 'number' && Number.isSafeInteger(o.slot) ? o.slot : null,
   };
 }

@@ -7,13 +7,14 @@
 // without the fence: the trigger must refuse it) / EXIT.  SIGTERM stops
 // it gracefully (handing the term to a waiting candidate).
 //
-//   node child.js NAME TABLE TTL SESSION_BOUND(0|1) FOLLOW(listen|watch)
-//   (connection from the PG* variables)
+//   node child.js NAME TABLE TTL SESSION_BOUND(0|1) FOLLOW(listen|watch) [SLOTS]
+//   (connection from the PG* variables; with SLOTS, the Elector has
+//   slots: SLOTS, and LEAD also prints the term's slot)
 const { performance } = require('node:perf_hooks');
 const pg = require('pg');
 const hoplock = require('..');
 
-const [name, table, ttl, bound, follow] = process.argv.slice(2);
+const [name, table, ttl, bound, follow, slots] = process.argv.slice(2);
 const owner = `child-${process.pid}`;
 const insert = `INSERT INTO "${table}" (owner, generation) VALUES ($1, $2::bigint)`;
 const wall = () => ((performance.timeOrigin + performance.now()) / 1000).toFixed(6);
@@ -23,6 +24,7 @@ const pool = new pg.Pool({ max: 6 });
 pool.on('error', () => {});
 const e = new hoplock.Elector(pool, {
   name, owner, ttl: Number(ttl), sessionBound: bound === '1', follow, poll: 30, handoffLinger: 0,
+  slots: slots ? Number(slots) : 1,
 });
 process.on('SIGTERM', () => e.stop());
 
@@ -41,7 +43,7 @@ async function staleWrite(g) {
 
 async function fn(term) {
   const g = term.generation;
-  out('LEAD', g, wall());
+  out('LEAD', g, wall(), term.slot);
   let first = true;
   while (!term.lost) {
     try {

@@ -157,6 +157,25 @@ test('stop() while leading hands the term to the waiting candidate', async () =>
   await assert.rejects(a.lead(() => 1), hoplock.Stopped);
 });
 
+test('a wait outlasting the ttl (poll > ttl) keeps the term it gets late: renewed, led, not released', async () => {
+  const name = leaseName('late');
+  await admin.query(`SELECT "${SCHEMA}".hoplock_acquire($1, 'holder', '30 s')`, [name]);
+  const e = new hoplock.Elector(pool(), { name, owner: 'late', ttl: 1, poll: 5 });
+  const releaseLate = (async () => {
+    await waitUntil(async () => (await admin.query(`SELECT count(*)::int AS n FROM "${SCHEMA}".hoplock_candidates WHERE name = $1`, [name])).rows[0].n === 1);
+    await new Promise((r) => setTimeout(r, 1500)); // past the candidate's ttl, within its wait
+    await admin.query(`SELECT "${SCHEMA}".hoplock_release($1, 'holder')`, [name]);
+  })();
+  const g = await e.lead((term) => {
+    assert.equal(term.lost, false);
+    return term.generation;
+  });
+  await releaseLate;
+  const { rows } = await admin.query(`SELECT owner, generation::text AS g FROM "${SCHEMA}".hoplock_history WHERE name = $1 ORDER BY generation`, [name]);
+  assert.deepEqual(rows.map((r) => r.owner), ['holder', 'late'], 'no term released unused');
+  assert.equal(rows[1].g, g.toString());
+});
+
 test('stop() before leading: Stopped, the wait cancelled in the server, the pool clean', async () => {
   const name = leaseName('stopwait');
   const p = pool(3);

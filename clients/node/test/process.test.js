@@ -6,13 +6,10 @@
 // row.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn } = require('node:child_process');
-const path = require('node:path');
-const readline = require('node:readline');
 const pg = require('pg');
 const { Server, SCHEMA, leaseName, waitUntil } = require('./server');
+const { Child: Proc } = require('./children');
 
-const CHILD = path.join(__dirname, 'child.js');
 const ROUNDS = Number(process.env.HOPLOCK_TEST_ROUNDS || '5');
 const server = new Server();
 let admin;
@@ -28,51 +25,9 @@ test.after(async () => {
   server.stop();
 });
 
-class Child {
+class Child extends Proc {
   constructor(name, table, ttl, bound, follow = 'listen') {
-    this.p = spawn(process.execPath, [CHILD, name, table, String(ttl), bound ? '1' : '0', follow], {
-      env: server.env(), stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    this.log = [];
-    this.queue = [];
-    this.waiters = [];
-    this.exited = new Promise((r) => this.p.on('exit', (code, sig) => r({ code, sig })));
-    readline.createInterface({ input: this.p.stdout }).on('line', (l) => this.push(l.split(' ')));
-    this.p.stdout.on('close', () => this.push(['CLOSED']));
-  }
-  push(line) {
-    this.queue.push(line);
-    const w = this.waiters;
-    this.waiters = [];
-    for (const f of w) f();
-  }
-  next(timeoutMs) {
-    if (this.queue.length) return Promise.resolve(this.queue.shift());
-    return new Promise((resolve) => {
-      const t = setTimeout(() => { this.waiters = this.waiters.filter((x) => x !== f); resolve(null); }, timeoutMs);
-      const f = () => { clearTimeout(t); resolve(this.queue.shift()); };
-      this.waiters.push(f);
-    });
-  }
-  async expect(word, timeoutMs = 10000) {
-    const end = Date.now() + timeoutMs;
-    for (;;) {
-      const left = end - Date.now();
-      const line = left > 0 ? await this.next(left) : null;
-      if (!line) throw new Error(`child ${this.p.pid}: no ${word} within ${timeoutMs} ms (saw ${JSON.stringify(this.log)})`);
-      this.log.push(line);
-      if (line[0] === word) return line;
-      if (line[0] === 'CLOSED') throw new Error(`child ${this.p.pid} exited before ${word}: ${JSON.stringify(this.log)}`);
-    }
-  }
-  drain() {
-    while (this.queue.length) this.log.push(this.queue.shift());
-  }
-  async kill() {
-    if (this.p.exitCode === null && this.p.signalCode === null) {
-      try { this.p.kill('SIGCONT'); this.p.kill('SIGKILL'); } catch { /* gone */ }
-    }
-    await this.exited;
+    super(server.env(), [name, table, String(ttl), bound ? '1' : '0', follow]);
   }
 }
 

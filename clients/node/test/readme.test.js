@@ -66,3 +66,11 @@ test('the quick start runs as pasted: two instances, SIGTERM hands over', async 
     if (admin) await admin.end();
   }
 });
+
+test('the slots example runs as pasted: a worker in one of three slots', async () => {
+  const file = path.join(dir, 'worker.js');
+  fs.writeFileSync(file, block('slots: worker.js'));
+  const p = start(file);
+  assert.equal(await p.exited, 0);
+  assert.match(p.lines.join('\n'), /^worker in slot [123] generation [0-9]+$/);
+});

@@ -24,11 +24,14 @@ AConn = psycopg.AsyncConnection[Any]
 _IDLE = pq.TransactionStatus.IDLE
 
 
-async def _execute(conn: AConn, query: Any, params: Sequence[Any], fetch: str = "one") -> Any:
+async def _execute(conn: AConn, query: Any, params: Sequence[Any], fetch: str = "one",
+                   cancel: bool = True) -> Any:
     """Runs one statement so that a cancellation of the caller never leaves
     the connection mid-query: the statement is cancelled in the server, its
     end awaited (psycopg 3.1 does not do so for asyncio), then the
-    CancelledError goes on."""
+    CancelledError goes on. With cancel=False (no_cancel) no cancel request
+    is sent: the statement, bounded by its own timeout, is awaited to its
+    end."""
     async def go() -> Any:
         cur = await conn.execute(query, params, prepare=False)
         return await (cur.fetchone() if fetch == "one" else cur.fetchall())
@@ -37,10 +40,14 @@ async def _execute(conn: AConn, query: Any, params: Sequence[Any], fetch: str = 
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            conn.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(task, 5.0)
+        if cancel:
+            with contextlib.suppress(Exception):
+                conn.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, 5.0)
+        else:
+            with contextlib.suppress(BaseException):
+                await task
         if not task.done() or conn.info.transaction_status != _IDLE:
             with contextlib.suppress(Exception):
                 await conn.close()
@@ -97,6 +104,9 @@ class _AWatcher:
         self.after: Optional[int] = None
         self.seen: Set[int] = set()
         self.pending: List[psycopg.Notify] = []
+        # the slot of the term this Elector runs (slots above 1): an event
+        # of another slot is not about it
+        self.slot: Optional[int] = None
 
     async def start(self) -> bool:
         e = self.e
@@ -130,6 +140,8 @@ class _AWatcher:
             p = c.parse_payload(text)
             if p is None or p.name != self.e.s.name:
                 continue
+            if c.other_slot(p.slot, self.slot):
+                continue   # another slot's term: not ours
             if p.seq is not None:
                 if p.seq in self.seen:
                     continue
@@ -147,7 +159,7 @@ class _AWatcher:
                 return await self.start()
             try:
                 rows = await e._one(e.q.watch, (self.after, c.interval(min(timeout, e.s.watch_wait))),
-                                    fetch="all")
+                                    fetch="all", cancel=not e.s.no_cancel)
             except psycopg.Error as err:
                 if err.sqlstate == "HL001":
                     self.after = None
@@ -157,9 +169,10 @@ class _AWatcher:
                 await asyncio.sleep(min(timeout, e.s.renew / 10))
                 return True
             hit = False
-            for seq, name in rows:
-                self.after = max(self.after, int(seq))
-                hit = hit or name == e.s.name
+            for row in rows:
+                self.after = max(self.after, int(row[0]))
+                hit = hit or (row[1] == e.s.name
+                              and not c.other_slot(row[2] if len(row) > 2 else None, self.slot))
             return hit
         if self.conn is None or self.conn.closed:
             if self.conn is not None:
@@ -224,7 +237,7 @@ class AsyncTerm:
         self._hint = asyncio.Event()
         self._on_end: Optional[Callable[[], object]] = None
         self._timer: Optional[asyncio.TimerHandle] = None
-        e._health.leading, e._health.deadline = True, self.deadline
+        e._health.leading, e._health.deadline, e._health.slot = True, self.deadline, lease.slot
         self._arm()
 
     @property
@@ -234,6 +247,11 @@ class AsyncTerm:
     @property
     def generation(self) -> int:
         return self._lease.generation
+
+    @property
+    def slot(self) -> Optional[int]:
+        """The slot this term runs in (as Term.slot)."""
+        return self._lease.slot
 
     @property
     def lost(self) -> bool:
@@ -341,7 +359,8 @@ class AsyncTerm:
                     return
                 self.deadline = start + s.ttl
                 self._lease = dataclasses.replace(nl, deadline=self.deadline,
-                                                  acquired_at=nl.acquired_at or self._lease.acquired_at)
+                                                  acquired_at=nl.acquired_at or self._lease.acquired_at,
+                                                  slot=self._lease.slot)
                 self._last_err = None
                 e._health.deadline = self.deadline
                 self._arm()
@@ -366,6 +385,9 @@ class AsyncTerm:
         async with self._calls:
             if self.lost_event.is_set():
                 return
+            if e.s.slots > 1:
+                await self._confirm_slot()
+                return
             try:
                 cur = c.lease_from_row(await e._one(e.q.holder, (e.s.name,), timeout=e.s.renew))
             except Exception as ex:  # noqa: BLE001
@@ -375,6 +397,23 @@ class AsyncTerm:
                 self._lose(NoLease("hoplock: the term is over"))
             elif cur.owner != e.s.owner or cur.generation != self.generation:
                 self._lose(LeaseHeld("hoplock: another term holds the lease"))
+
+    async def _confirm_slot(self) -> None:
+        """With slots, the holder is one of several (hoplock_holder reads
+        the lowest slot's term): ask for this term itself, renewing it by
+        generation, which succeeds only while it runs."""
+        e, s = self.e, self.e.s
+        try:
+            row = await e._one(e.q.renew, (s.name, s.owner, c.interval(s.ttl), self.generation), timeout=s.renew)
+        except Exception as ex:  # noqa: BLE001 - the renewal decides
+            if isinstance(c.classify(ex), Permanent):
+                self._lose(c.classify(ex))
+            else:
+                c.log.warning("hoplock: could not confirm the lease: %s", ex)
+            return
+        nl = c.lease_from_row(row)
+        if nl is None or nl.generation != self.generation:
+            self._lose(NoLease("hoplock: the term is over"))
 
 
 class AsyncElector:
@@ -389,9 +428,11 @@ class AsyncElector:
                  value: Optional[str] = None, min_hold: Optional[float] = None,
                  follow: Union[Follow, str] = Follow.LISTEN, watch_wait: float = 10.0,
                  release_timeout: Optional[float] = None, handoff_linger: float = 0.1,
+                 no_cancel: bool = False, slots: int = 1,
                  connect_kwargs: Optional[dict[str, Any]] = None) -> None:
         self.s = c.Settings.make(name, owner, ttl, renew, poll, schema, session_bound, priority,
-                                 value, min_hold, follow, watch_wait, release_timeout, handoff_linger)
+                                 value, min_hold, follow, watch_wait, release_timeout, handoff_linger,
+                                 no_cancel, slots)
         self._src = _ASource(source, dict(connect_kwargs or {}))
         self._has_min_hold: Optional[bool] = None
         self.q = c.Queries(schema, False)
@@ -443,7 +484,9 @@ class AsyncElector:
         return self._health.judge(self.s)
 
     async def leader(self) -> Optional[Lease]:
-        return c.lease_from_row(await self._one(self.q.holder, (self.s.name,)))
+        """As Elector.leader."""
+        cur = c.lease_from_row(await self._one(self.q.holder, (self.s.name,)))
+        return None if cur is None else await self._find_slot(cur)
 
     @contextlib.asynccontextmanager
     async def fenced(self, generation: int) -> AsyncIterator[AConn]:
@@ -460,11 +503,11 @@ class AsyncElector:
             await self._src.give(conn)
 
     async def _one(self, query: Any, params: Sequence[Any], timeout: Optional[float] = None,
-                   fetch: str = "one") -> Any:
+                   fetch: str = "one", cancel: bool = True) -> Any:
         conn = await self._src.take()
         try:
             if timeout is None:
-                return await _execute(conn, query, params, fetch)
+                return await _execute(conn, query, params, fetch, cancel)
             async with conn.transaction():
                 await conn.execute("SELECT pg_catalog.set_config('statement_timeout', %s, true)",
                                    (str(max(int(timeout * 1000), 1)),), prepare=False)
@@ -479,6 +522,8 @@ class AsyncElector:
             self.q = c.Queries(self.s.schema, self._has_min_hold)
             if self.s.min_hold is not None and not self._has_min_hold:
                 raise Permanent("hoplock: min_hold needs a hoplock that has it")
+            if self.s.slots > 1 and not self._has_min_hold:
+                raise Permanent("hoplock: slots needs hoplock 1.2 or later")
         return self._has_min_hold
 
     async def _campaign(self) -> Tuple[Lease, float, Optional[AConn]]:
@@ -510,7 +555,8 @@ class AsyncElector:
                     conn = await self._src.take()
                     await _execute(conn, c.CHECK_CONNECTION, ())
                     sent = time.monotonic()
-                    lease = c.lease_from_row(await _execute(conn, self.q.wait, c.wait_params(s, has_hold)))
+                    lease = c.lease_from_row(await _execute(conn, self.q.wait, c.wait_params(s, has_hold),
+                                                            cancel=not s.no_cancel))
                 except asyncio.CancelledError:
                     # give the connection back first: the cleanup needs one
                     if conn is not None:
@@ -550,20 +596,31 @@ class AsyncElector:
                         raise Stopped("hoplock: stopped")
                     continue
                 lease = await self._proclaim(lease)
+                lease = await self._find_slot(lease)
                 return dataclasses.replace(lease, deadline=sent + s.ttl), sent, bound
         finally:
             h.campaigning = False
 
     async def _freshen(self, lease: Lease, sent: float) -> Tuple[Lease, float, bool]:
+        """A term that began long after its call was sent (a wait that
+        lasted) is renewed before use, so its deadline counts from a recent
+        send. A wait that lasted past the ttl leaves a term this process
+        cannot vouch for by its own clock, but renewing it is safe (a
+        renewal by generation succeeds only while the term is current): it
+        gets renew seconds to succeed, and the term is dropped only if the
+        renewal says it is over or fails."""
         s = self.s
         retry = c.Backoff(s.renew)
+        # the last instant a renewal may end: the term's own deadline, or
+        # for a wait that lasted past the ttl, renew from now
+        limit = max(sent + s.ttl - s.guard, time.monotonic() + s.renew)
         while time.monotonic() - sent >= s.renew:
-            if time.monotonic() - sent >= s.ttl - s.guard:
-                return lease, sent, False
             start = time.monotonic()
+            if start >= limit:
+                return lease, sent, False
             try:
                 row = await self._one(self.q.renew, (s.name, s.owner, c.interval(s.ttl), lease.generation),
-                                      timeout=sent + s.ttl - s.guard - start)
+                                      timeout=limit - start)
             except Exception as ex:  # noqa: BLE001
                 if isinstance(c.classify(ex), Permanent):
                     return lease, sent, False
@@ -573,7 +630,20 @@ class AsyncElector:
             if nl is None or nl.generation != lease.generation:
                 return lease, sent, False
             lease, sent = nl, start
+            limit = start + s.ttl - s.guard
         return lease, sent, True
+
+    async def _find_slot(self, lease: Lease) -> Lease:
+        """As Elector._find_slot."""
+        s = self.s
+        if s.slots <= 1:
+            return lease
+        try:
+            row = await self._one(self.q.slot, (s.name, lease.generation), timeout=s.renew)
+        except Exception as ex:  # noqa: BLE001
+            c.log.warning("hoplock: could not read the slot of generation %d: %s", lease.generation, ex)
+            return lease
+        return dataclasses.replace(lease, slot=int(row[0])) if row and row[0] is not None else lease
 
     async def _proclaim(self, lease: Lease) -> Lease:
         s = self.s
@@ -646,6 +716,7 @@ class AsyncElector:
             term._on_end = fn_task.cancel
             if self._stopping:
                 term._lose(None)
+            watcher.slot = lease.slot
             loop_task = asyncio.ensure_future(term._loop(sent, watcher))
             try:
                 try:
@@ -736,6 +807,7 @@ class AsyncElector:
                 events.put_nowait(Event(EventKind.ACQUIRED, lease))
                 term = AsyncTerm(self, lease, sent)
                 self._term = term
+                watcher.slot = lease.slot
                 if self._stopping:
                     term._lose(None)
                 loop_task = asyncio.ensure_future(term._loop(sent, None))
@@ -745,6 +817,7 @@ class AsyncElector:
                 with contextlib.suppress(BaseException):
                     await loop_task
                 self._term = None
+                watcher.slot = None
                 await asyncio.shield(self._end(term, bound))
                 events.put_nowait(Event(EventKind.LOST, term.lease, cause))
                 state["leading"] = False

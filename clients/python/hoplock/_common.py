@@ -95,7 +95,8 @@ class Lease:
     """One term, as the server returned it. generation is the fencing
     token (an int, exact). deadline is when, by this process's monotonic
     clock (time.monotonic()), the term lapses unless renewed (None for
-    another instance's term)."""
+    another instance's term). slot is the term's slot (1 to slots) for an
+    Elector with slots above 1, else None."""
     name: str
     owner: str
     generation: int
@@ -106,6 +107,7 @@ class Lease:
     step_down: bool = False
     deadline: Optional[float] = None
     step_down_to: Optional[str] = None
+    slot: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,10 +120,12 @@ class Event:
 @dataclasses.dataclass(frozen=True)
 class Health:
     """ok is False when this instance believes it leads but has not renewed
-    within the ttl, or its campaign is wedged; reason says which."""
+    within the ttl, or its campaign is wedged; reason says which. slot is
+    the slot of the term it leads in (slots above 1), else None."""
     ok: bool
     reason: str
     leading: bool
+    slot: Optional[int] = None
 
     def __bool__(self) -> bool:
         return self.ok
@@ -148,13 +152,15 @@ class Settings:
     release_timeout: float
     handoff_linger: float
     guard: float
+    no_cancel: bool = False
+    slots: int = 1
 
     @classmethod
     def make(cls, name: str, owner: Optional[str], ttl: float, renew: Optional[float],
              poll: Optional[float], schema: str, session_bound: bool, priority: int,
              value: Optional[str], min_hold: Optional[float], follow: Follow | str,
              watch_wait: float, release_timeout: Optional[float],
-             handoff_linger: float) -> "Settings":
+             handoff_linger: float, no_cancel: bool = False, slots: int = 1) -> "Settings":
         if not name:
             raise ValueError("hoplock: name is empty")
         owner = owner or default_owner()
@@ -170,11 +176,17 @@ class Settings:
             release_timeout = min(5.0, ttl)
         if min_hold is not None and not 0 < min_hold <= ttl:
             raise ValueError("hoplock: min_hold (%r) must be positive and at most ttl" % min_hold)
+        if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS:
+            raise ValueError("hoplock: slots must be an integer from 1 to %d (%r)" % (MAX_SLOTS, slots))
         return cls(name=name, owner=owner, ttl=float(ttl), renew=float(renew), poll=float(poll),
                    schema=schema, session_bound=session_bound, priority=priority, value=value,
                    min_hold=min_hold, follow=Follow(follow), watch_wait=watch_wait,
                    release_timeout=release_timeout, handoff_linger=handoff_linger,
-                   guard=min(ttl / 50, 0.05))
+                   guard=min(ttl / 50, 0.05), no_cancel=bool(no_cancel), slots=slots)
+
+
+# The most terms of a name hoplock runs at once (slots => N).
+MAX_SLOTS = 1000
 
 
 def interval(seconds: float) -> datetime.timedelta:
@@ -196,7 +208,8 @@ class Queries:
         def f(text: str) -> sql.Composed:
             return sql.SQL(text).format(s=s, cols=sql.SQL(LEASE_COLUMNS))
 
-        hold = ", min_hold => %s::interval" if min_hold else ""
+        # min_hold and slots came together (1.2's 10-argument hoplock_wait)
+        hold = ", min_hold => %s::interval, slots => %s::integer" if min_hold else ""
         self.wait = f("SELECT {cols} FROM {s}.hoplock_wait(%s::text, %s::text, %s::interval, "
                       "%s::interval, %s::boolean, %s::integer, %s::text" + hold + ") AS l")
         self.renew = f("SELECT {cols} FROM {s}.hoplock_renew(%s::text, %s::text, %s::interval, %s::bigint) AS l")
@@ -207,18 +220,22 @@ class Queries:
         self.proclaim = f("SELECT {s}.hoplock_proclaim(%s::text, %s::text, %s::bigint, %s::text)")
         self.fence = f("SELECT {s}.hoplock_fence(%s::text, %s::bigint)")
         self.position = f("SELECT {s}.hoplock_position()")
-        self.watch = f("SELECT w.seq, w.name FROM {s}.hoplock_watch(%s::bigint, %s::interval) AS w")
+        self.watch = f("SELECT w.seq, w.name" + (", w.slot" if min_hold else "")
+                       + " FROM {s}.hoplock_watch(%s::bigint, %s::interval) AS w")
         self.step_down_to = f("SELECT v.step_down_to FROM {s}.hoplock_leases AS v "
                               "WHERE v.name OPERATOR(pg_catalog.=) %s::text "
                               "AND v.generation OPERATOR(pg_catalog.=) %s::bigint")
+        self.slot = f("SELECT v.slot FROM {s}.hoplock_leases AS v "
+                      "WHERE v.name OPERATOR(pg_catalog.=) %s::text "
+                      "AND v.generation OPERATOR(pg_catalog.=) %s::bigint")
 
 
-# Does the server's hoplock have min_hold (the 9-argument hoplock_wait)?
+# Does the server's hoplock have min_hold (the 10-argument hoplock_wait of 1.2.0)?
 HAS_MIN_HOLD = ("SELECT pg_catalog.to_regprocedure(%s::text) IS NOT NULL")
 
 
 def min_hold_signature(schema: str) -> str:
-    return ('"%s".hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean,interval)'
+    return ('"%s".hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean,interval,integer)'
             % schema.replace('"', '""'))
 
 
@@ -234,7 +251,7 @@ def wait_params(s: Settings, has_min_hold: bool) -> Tuple[Any, ...]:
     p: Tuple[Any, ...] = (s.name, s.owner, interval(s.ttl), interval(s.poll), s.session_bound,
                           s.priority, s.value)
     if has_min_hold:
-        p += (interval(s.min_hold) if s.min_hold is not None else None,)
+        p += (interval(s.min_hold) if s.min_hold is not None else None, s.slots)
     return p
 
 
@@ -279,6 +296,7 @@ class Payload:
     seq: Optional[int]
     owner: Optional[str]
     value: Optional[str]
+    slot: Optional[int] = None
 
 
 def _exact(event: dict[str, Any], key: str) -> Optional[int]:
@@ -305,11 +323,18 @@ def parse_payload(payload: str) -> Optional[Payload]:
     kind, name = event.get("event"), event.get("name")
     if not isinstance(kind, str) or not isinstance(name, str):
         return None
-    owner, value = event.get("owner"), event.get("value")
+    owner, value, slot = event.get("owner"), event.get("value"), event.get("slot")
     return Payload(event=kind, name=name, generation=_exact(event, "generation"),
                    seq=_exact(event, "seq"),
                    owner=owner if isinstance(owner, str) else None,
-                   value=value if isinstance(value, str) else None)
+                   value=value if isinstance(value, str) else None,
+                   slot=slot if isinstance(slot, int) and not isinstance(slot, bool) else None)
+
+
+def other_slot(slot: Optional[int], mine: Optional[int]) -> bool:
+    """Is an event of slot (None: none given) about a slot other than mine
+    (None: not known)? Such an event cannot end this Elector's term."""
+    return slot is not None and mine is not None and slot != mine
 
 
 class Backoff:
@@ -337,15 +362,17 @@ class HealthState:
         self.campaigning = False
         self.campaign_beat = 0.0     # monotonic: last call of the campaign began or ended
         self.failure: Optional[str] = None
+        self.slot: Optional[int] = None        # the slot of the term it leads in
 
     def judge(self, s: Settings, now: Optional[float] = None) -> Health:
         now = time.monotonic() if now is None else now
+        slot = self.slot if self.leading else None
         if self.failure is not None:
-            return Health(False, self.failure, self.leading)
+            return Health(False, self.failure, self.leading, slot)
         if self.leading and now > self.deadline:
             return Health(False, "leads but has not renewed within the ttl (%.3f s late)"
-                          % (now - self.deadline), True)
+                          % (now - self.deadline), True, slot)
         if self.campaigning and now - self.campaign_beat > s.poll + s.ttl + s.release_timeout:
             return Health(False, "campaign wedged: no call returned for %.3f s"
                           % (now - self.campaign_beat), False)
-        return Health(True, "leading" if self.leading else "following", self.leading)
+        return Health(True, "leading" if self.leading else "following", self.leading, slot)

@@ -113,6 +113,9 @@ class _Watcher:
         self.woken = threading.Event()
         self._mu = threading.RLock()
         self._call: Optional[Conn] = None
+        # the slot of the term this Elector runs (slots above 1): an event
+        # of another slot is not about it
+        self.slot: Optional[int] = None
 
     def wake(self) -> None:
         self.woken.set()
@@ -120,7 +123,7 @@ class _Watcher:
             os.write(self._wake_w, b"x")
         with self._mu:
             conn = self._call
-        if conn is not None:
+        if conn is not None and not self.e.s.no_cancel:
             with contextlib.suppress(Exception):
                 conn.cancel()
 
@@ -169,6 +172,8 @@ class _Watcher:
             p = c.parse_payload(text)
             if p is None or p.name != self.e.s.name:
                 continue
+            if c.other_slot(p.slot, self.slot):
+                continue   # another slot's term: not ours
             if p.seq is not None:
                 if p.seq in self.seen:
                     continue   # a repeat
@@ -269,11 +274,11 @@ class _Watcher:
             e._stop_evt.wait(min(timeout, e.s.renew / 10))
             return True
         hit = False
-        for seq, name in rows:
-            seq = int(seq)
+        for row in rows:
+            seq = int(row[0])
             if seq > self.after:
                 self.after = seq
-            if name == e.s.name:
+            if row[1] == e.s.name and not c.other_slot(row[2] if len(row) > 2 else None, self.slot):
                 hit = True
         return hit
 
@@ -307,7 +312,9 @@ class Term:
         self._last_err: Optional[BaseException] = None
         self._events = events
         self._watcher = own_watcher
-        e._health.leading, e._health.deadline = True, self.deadline
+        if own_watcher is not None:
+            own_watcher.slot = lease.slot
+        e._health.leading, e._health.deadline, e._health.slot = True, self.deadline, lease.slot
         self._thread = threading.Thread(target=self._loop, args=(sent,), daemon=True,
                                         name="hoplock-term-%d" % lease.generation)
         self._thread.start()
@@ -320,6 +327,12 @@ class Term:
     @property
     def generation(self) -> int:
         return self._lease.generation
+
+    @property
+    def slot(self) -> Optional[int]:
+        """The slot this term runs in (1 to slots) with slots above 1;
+        None without slots, or if it could not be read."""
+        return self._lease.slot
 
     @property
     def lost(self) -> bool:
@@ -449,7 +462,7 @@ class Term:
                             return
                         self.deadline = start + s.ttl
                         self._lease = _with(nl, deadline=self.deadline, acquired_at=nl.acquired_at
-                                            or self._lease.acquired_at)
+                                            or self._lease.acquired_at, slot=self._lease.slot)
                         self._last_err = None
                         e._health.deadline = self.deadline
                         if self._events is not None:
@@ -477,6 +490,9 @@ class Term:
         with self._calls:
             if self._ended.is_set():
                 return
+            if e.s.slots > 1:
+                self._confirm_slot()
+                return
             try:
                 row = e._one(e.q.holder, (e.s.name,), timeout=e.s.renew)
             except Exception as ex:  # noqa: BLE001 - the renewal decides
@@ -487,6 +503,23 @@ class Term:
                 self._lose(NoLease("hoplock: the term is over"))
             elif cur.owner != e.s.owner or cur.generation != self.generation:
                 self._lose(LeaseHeld("hoplock: another term holds the lease"))
+
+    def _confirm_slot(self) -> None:
+        """With slots, the holder is one of several (hoplock_holder reads
+        the lowest slot's term): ask for this term itself, renewing it by
+        generation, which succeeds only while it runs."""
+        e, s = self.e, self.e.s
+        try:
+            row = e._one(e.q.renew, (s.name, s.owner, c.interval(s.ttl), self.generation), timeout=s.renew)
+        except Exception as ex:  # noqa: BLE001 - the renewal decides
+            if isinstance(c.classify(ex), Permanent):
+                self._lose(c.classify(ex))
+            else:
+                c.log.warning("hoplock: could not confirm the lease: %s", ex)
+            return
+        nl = c.lease_from_row(row)
+        if nl is None or nl.generation != self.generation:
+            self._lose(NoLease("hoplock: the term is over"))
 
     def _stop(self) -> None:
         self._stopped.set()
@@ -519,9 +552,11 @@ class Elector:
                  value: Optional[str] = None, min_hold: Optional[float] = None,
                  follow: Union[Follow, str] = Follow.LISTEN, watch_wait: float = 10.0,
                  release_timeout: Optional[float] = None, handoff_linger: float = 0.1,
+                 no_cancel: bool = False, slots: int = 1,
                  connect_kwargs: Optional[dict[str, Any]] = None) -> None:
         self.s = c.Settings.make(name, owner, ttl, renew, poll, schema, session_bound, priority,
-                                 value, min_hold, follow, watch_wait, release_timeout, handoff_linger)
+                                 value, min_hold, follow, watch_wait, release_timeout, handoff_linger,
+                                 no_cancel, slots)
         self._src = _Source(source, dict(connect_kwargs or {}))
         self._has_min_hold: Optional[bool] = None
         self.q = c.Queries(schema, False)
@@ -544,13 +579,16 @@ class Elector:
         """Ends lead() and run() gracefully: the running term's function is
         told (Term.lost, cause None) and, when it returns, the term is handed
         to the first waiting candidate, or released. A campaign's wait is
-        cancelled in the server. Safe from a signal handler and from any
+        cancelled in the server -- with no_cancel, left to end by itself
+        within poll (and a hoplock_watch within watch_wait). Safe from a signal handler and from any
         thread."""
         self._stop_evt.set()
         with self._mu:
             conns, term = list(self._inflight), self._term
         if term is not None:
             term._lose(None)
+        if self.s.no_cancel:
+            return
         for conn in conns:
             with contextlib.suppress(Exception):
                 conn.cancel()
@@ -565,8 +603,10 @@ class Elector:
         return self._health.judge(self.s)
 
     def leader(self) -> Optional[Lease]:
-        """Who leads now (hoplock_holder), with the value it proclaimed."""
-        return c.lease_from_row(self._one(self.q.holder, (self.s.name,)))
+        """Who leads now (hoplock_holder), with the value it proclaimed;
+        with slots, the term of the lowest slot running, with its slot."""
+        cur = c.lease_from_row(self._one(self.q.holder, (self.s.name,)))
+        return None if cur is None else self._find_slot(cur)
 
     @contextlib.contextmanager
     def fenced(self, generation: int) -> Iterator[Conn]:
@@ -649,6 +689,8 @@ class Elector:
             self.q = c.Queries(self.s.schema, self._has_min_hold)
             if self.s.min_hold is not None and not self._has_min_hold:
                 raise Permanent("hoplock: min_hold needs a hoplock that has it (1.2 with min_hold)")
+            if self.s.slots > 1 and not self._has_min_hold:
+                raise Permanent("hoplock: slots needs hoplock 1.2 or later")
         return self._has_min_hold
 
     def _campaign(self) -> Tuple[Lease, float, Optional[Conn]]:
@@ -734,6 +776,7 @@ class Elector:
                         raise Stopped("hoplock: stopped")
                     continue
                 lease = self._proclaim(lease)
+                lease = self._find_slot(lease)
                 h.campaigning = False
                 return _with(lease, deadline=sent + s.ttl), sent, bound
         finally:
@@ -742,16 +785,23 @@ class Elector:
     def _freshen(self, lease: Lease, sent: float) -> Tuple[Lease, float, bool]:
         """A term that began long after its call was sent (a wait that
         lasted) is renewed before use, so its deadline counts from a recent
-        send."""
+        send. A wait that lasted past the ttl leaves a term this process
+        cannot vouch for by its own clock, but renewing it is safe (a
+        renewal by generation succeeds only while the term is current): it
+        gets renew seconds to succeed, and the term is dropped only if the
+        renewal says it is over or fails."""
         s = self.s
         retry = c.Backoff(s.renew)
+        # the last instant a renewal may end: the term's own deadline, or
+        # for a wait that lasted past the ttl, renew from now
+        limit = max(sent + s.ttl - s.guard, time.monotonic() + s.renew)
         while time.monotonic() - sent >= s.renew:
-            if time.monotonic() - sent >= s.ttl - s.guard:
-                return lease, sent, False
             start = time.monotonic()
+            if start >= limit:
+                return lease, sent, False
             try:
                 row = self._one(self.q.renew, (s.name, s.owner, c.interval(s.ttl), lease.generation),
-                                timeout=sent + s.ttl - s.guard - start)
+                                timeout=limit - start)
             except Exception as ex:  # noqa: BLE001
                 if isinstance(c.classify(ex), Permanent):
                     return lease, sent, False
@@ -761,7 +811,22 @@ class Elector:
             if nl is None or nl.generation != lease.generation:
                 return lease, sent, False
             lease, sent = nl, start
+            limit = start + s.ttl - s.guard
         return lease, sent, True
+
+    def _find_slot(self, lease: Lease) -> Lease:
+        """With slots, the lease with the slot its term runs in (the
+        hoplock_lease row has none). A failure is logged, not fatal: the
+        term is no less this Elector's (its slot is then None)."""
+        s = self.s
+        if s.slots <= 1:
+            return lease
+        try:
+            row = self._one(self.q.slot, (s.name, lease.generation), timeout=s.renew)
+        except Exception as ex:  # noqa: BLE001
+            c.log.warning("hoplock: could not read the slot of generation %d: %s", lease.generation, ex)
+            return lease
+        return _with(lease, slot=int(row[0])) if row and row[0] is not None else lease
 
     def _proclaim(self, lease: Lease) -> Lease:
         s = self.s
@@ -874,6 +939,7 @@ class Elector:
                     state["top"] = max(int(state["top"]), lease.generation)
                     events.put(Event(EventKind.ACQUIRED, lease))
                 term = Term(self, lease, sent, None, events)
+                watcher.slot = lease.slot
                 with self._mu:
                     self._term = term
                     if self._stop_evt.is_set():
@@ -881,6 +947,7 @@ class Elector:
                 term.wait()
                 cause = term.cause if term.cause is not None else Stopped("hoplock: stopped")
                 term._stop()
+                watcher.slot = None
                 with self._mu:
                     self._term = None
                 self._end(term, bound)

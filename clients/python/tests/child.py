@@ -6,10 +6,11 @@ STALE-REFUSED g or STALE-COMMITTED g (a write with the lost generation,
 without the fence: the trigger must refuse it) / EXIT.
 SIGTERM stops it gracefully (handing the term to a waiting candidate).
 
-    child.py DSN NAME TABLE TTL SESSION_BOUND(0|1) FOLLOW(listen|watch) [async]
+    child.py DSN NAME TABLE TTL SESSION_BOUND(0|1) FOLLOW(listen|watch) [sync|async [SLOTS]]
 
 With "async", the same with an AsyncElector, whose lead cancels the
-function's task when the term is lost.
+function's task when the term is lost. With SLOTS, the Elector has
+slots=SLOTS, and LEAD also prints the term's slot.
 """
 import asyncio
 import os
@@ -26,6 +27,7 @@ import hoplock  # noqa: E402
 
 dsn, name, table, ttl, bound, follow = sys.argv[1:7]
 mode = sys.argv[7] if len(sys.argv) > 7 else "sync"
+slots = int(sys.argv[8]) if len(sys.argv) > 8 else 1
 insert = sql.SQL("INSERT INTO {} (owner, generation) VALUES (%s, %s)").format(sql.Identifier(table))
 owner = "child-%d" % os.getpid()
 
@@ -47,12 +49,12 @@ def stale_write(g: int) -> None:
 
 def main_sync() -> None:
     e = hoplock.Elector(dsn, name, owner, ttl=float(ttl), session_bound=bound == "1",
-                        follow=follow, poll=30, handoff_linger=0)
+                        follow=follow, poll=30, handoff_linger=0, slots=slots)
     signal.signal(signal.SIGTERM, lambda *a: e.stop())
 
     def fn(term: hoplock.Term) -> None:
         g = term.generation
-        out("LEAD", g, repr(time.time()))
+        out("LEAD", g, repr(time.time()), term.slot)
         first = True
         while not term.lost:
             try:
@@ -79,14 +81,14 @@ def main_sync() -> None:
 
 async def main_async() -> None:
     e = hoplock.AsyncElector(dsn, name, owner, ttl=float(ttl), session_bound=bound == "1",
-                             follow=follow, poll=30, handoff_linger=0)
+                             follow=follow, poll=30, handoff_linger=0, slots=slots)
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, e.stop)
 
     led = {"g": 0}
 
     async def fn(term: hoplock.AsyncTerm) -> None:
         g = led["g"] = term.generation
-        out("LEAD", g, repr(time.time()))
+        out("LEAD", g, repr(time.time()), term.slot)
         first = True
         while True:
             try:

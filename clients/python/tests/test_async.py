@@ -120,6 +120,33 @@ def test_async_stop_in_wait_leaves_pool_clean(dsn: str, admin: psycopg.Connectio
     admin.execute('SELECT "%s".hoplock_force_release(%%s)' % SCHEMA, (lease_name,))
 
 
+def test_async_no_cancel_lets_the_wait_end(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
+    """no_cancel: stop() sends no cancel request -- the server still waits
+    after it -- and lead() raises Stopped once the wait ends by itself; the
+    term that wait took (the holder released meanwhile) is released."""
+    admin.execute('SELECT "%s".hoplock_acquire(%%s, %%s, %%s)' % SCHEMA, (lease_name, "other", "30 s"))
+
+    async def main() -> None:
+        e = hoplock.AsyncElector(dsn, lease_name, "a", ttl=5, poll=1.5, no_cancel=True)
+        task = asyncio.ensure_future(e.lead(_never_long))
+        await until(lambda: _gt(in_wait(dsn), 0))
+        e.stop()
+        await asyncio.sleep(0.3)
+        assert await in_wait(dsn) == 1      # not cancelled
+        admin.execute('SELECT "%s".hoplock_release(%%s, %%s)' % SCHEMA, (lease_name, "other"))
+        with pytest.raises(hoplock.Stopped):
+            await asyncio.wait_for(task, 5)
+        assert await in_wait(dsn) == 0
+        await e.close()
+    asyncio.run(main())
+    row = admin.execute('SELECT owner FROM "%s".hoplock_holder(%%s)' % SCHEMA, (lease_name,)).fetchone()
+    assert row is None or row[0] is None, row
+
+
+async def _never_long(term: hoplock.AsyncTerm) -> None:
+    await asyncio.sleep(3600)
+
+
 async def _never(term: hoplock.AsyncTerm) -> None:
     raise AssertionError("led")
 
@@ -160,3 +187,34 @@ def test_async_run_events_and_stop_hands_over(dsn: str, admin: psycopg.Connectio
     how = admin.execute('SELECT how FROM "%s".hoplock_history WHERE name = %%s ORDER BY generation'
                         % SCHEMA, (lease_name,)).fetchall()
     assert how[0][0] == "handed off", how
+
+
+def test_async_wait_outlasting_ttl_keeps_its_term(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
+    """A wait longer than the ttl (poll > ttl) that gets the lease late in
+    it: the term is renewed and led, not released unused for a later one."""
+    admin.execute('SELECT "%s".hoplock_acquire(%%s, %%s, %%s::interval)' % SCHEMA, (lease_name, "holder", "30 s"))
+
+    async def main() -> int:
+        e = hoplock.AsyncElector(dsn, lease_name, "late", ttl=1, poll=5)
+
+        async def release_late() -> None:
+            await until(lambda: _gt(in_wait(dsn), 0))
+            await asyncio.sleep(1.5)   # past the candidate's ttl, within its wait
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await conn.execute('SELECT "%s".hoplock_release(%%s, %%s)' % SCHEMA, (lease_name, "holder"))
+
+        async def fn(term: hoplock.AsyncTerm) -> int:
+            assert not term.lost
+            return term.generation
+
+        rel = asyncio.ensure_future(release_late())
+        gen = await e.lead(fn)
+        await rel
+        await e.close()
+        return gen
+
+    gen = asyncio.run(main())
+    terms = admin.execute('SELECT owner, generation, how FROM "%s".hoplock_history WHERE name = %%s '
+                          'ORDER BY generation' % SCHEMA, (lease_name,)).fetchall()
+    assert [t[0] for t in terms] == ["holder", "late"], terms   # no term released unused
+    assert terms[1][1] == gen

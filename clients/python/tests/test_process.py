@@ -25,9 +25,9 @@ ROUNDS = int(os.environ.get("HOPLOCK_TEST_ROUNDS", "5"))
 
 class Child:
     def __init__(self, dsn: str, name: str, table: str, ttl: float, bound: bool, follow: str = "listen",
-                 mode: str = "sync") -> None:
+                 mode: str = "sync", slots: int = 1) -> None:
         self.p = subprocess.Popen([sys.executable, CHILD, dsn, name, table, str(ttl), "1" if bound else "0",
-                                   follow, mode], stdout=subprocess.PIPE, text=True)
+                                   follow, mode, str(slots)], stdout=subprocess.PIPE, text=True)
         self.lines: "queue.Queue[List[str]]" = queue.Queue()
         self.log: List[List[str]] = []
         threading.Thread(target=self._read, daemon=True).start()

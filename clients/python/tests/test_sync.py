@@ -150,6 +150,26 @@ def test_stop_during_campaign_leaves_pool_clean(dsn: str, admin: psycopg.Connect
     admin.execute('SELECT "%s".hoplock_force_release(%%s)' % SCHEMA, (lease_name,))
 
 
+def test_no_cancel_stop_lets_the_wait_end(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
+    """no_cancel: stop() sends no cancel request -- the server still waits
+    after it -- and lead() returns once the wait ends by itself (poll); the
+    term that wait took, the holder having released meanwhile, is released."""
+    admin.execute('SELECT "%s".hoplock_acquire(%%s, %%s, %%s)' % SCHEMA, (lease_name, "other", "30 s"))
+    e = hoplock.Elector(dsn, lease_name, "a", ttl=5, poll=1.5, no_cancel=True)
+    th, out = lead_in_thread(e, lambda term: None)
+    wait_until(lambda: in_wait(admin, lease_name) >= 1)
+    e.stop()
+    time.sleep(0.3)
+    assert in_wait(admin, lease_name) == 1      # not cancelled
+    admin.execute('SELECT "%s".hoplock_release(%%s, %%s)' % SCHEMA, (lease_name, "other"))
+    th.join(5)
+    assert not th.is_alive()
+    assert isinstance(out[0], hoplock.Stopped)
+    assert in_wait(admin, lease_name) == 0
+    assert holder(admin, lease_name) is None    # a's term, if it took one, released
+    e.close()
+
+
 def test_stop_hands_over_to_candidate(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
     a = hoplock.Elector(dsn, lease_name, "a", ttl=10)
     b = hoplock.Elector(dsn, lease_name, "b", ttl=10, value="b:8080", poll=30)
@@ -305,15 +325,53 @@ def test_ctrl_c_in_wait_leaves_pool_clean(dsn: str, admin: psycopg.Connection[An
     with ConnectionPool(dsn, min_size=2, max_size=2) as pool:
         e = hoplock.Elector(pool, lease_name, "a", ttl=5, poll=30, follow="watch")
 
+        seen: List[float] = []
+
         def interrupt() -> None:
-            wait_until(lambda: in_wait(admin, lease_name) >= 1)
+            # this Elector's own wait (another test's may still be going:
+            # in_wait counts every hoplock_wait), however long a loaded
+            # machine takes to get it going
+            with psycopg.connect(dsn, autocommit=True) as watcher:
+                wait_until(lambda: one(watcher, 'SELECT count(*) FROM "%s".hoplock_candidates '
+                                                "WHERE name = %%s AND owner = 'a'" % SCHEMA,
+                                       (lease_name,)) >= 1, timeout=25)
+            seen.append(time.monotonic())
             _thread.interrupt_main()
         threading.Thread(target=interrupt, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             e.lead(lambda term: None)
+        assert seen, "the wait never showed in pg_stat_activity"
         assert in_wait(admin, lease_name) == 0
         for _ in range(2):
             with pool.connection() as conn:
                 assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert pool.get_stats().get("connections_lost", 0) == 0
     admin.execute('SELECT "%s".hoplock_force_release(%%s)' % SCHEMA, (lease_name,))
+
+
+def test_wait_outlasting_ttl_keeps_its_term(dsn: str, admin: psycopg.Connection[Any], lease_name: str) -> None:
+    """A wait longer than the ttl (poll > ttl) that gets the lease late in
+    it: the term is renewed and led, not released unused for a later one."""
+    admin.execute('SELECT "%s".hoplock_acquire(%%s, %%s, %%s::interval)' % SCHEMA, (lease_name, "holder", "30 s"))
+    e = hoplock.Elector(dsn, lease_name, "late", ttl=1, poll=5)
+
+    def release_late() -> None:
+        wait_until(lambda: in_wait(admin, lease_name) >= 1)
+        time.sleep(1.5)   # past the candidate's ttl, within its wait
+        admin.execute('SELECT "%s".hoplock_release(%%s, %%s)' % SCHEMA, (lease_name, "holder"))
+
+    th = threading.Thread(target=release_late, daemon=True)
+    th.start()
+
+    def fn(term: hoplock.Term) -> int:
+        assert not term.lost
+        assert holder(admin, lease_name) == ("late", term.generation)
+        return term.generation
+
+    gen = e.lead(fn)
+    th.join(5)
+    terms = admin.execute('SELECT owner, generation, how FROM "%s".hoplock_history WHERE name = %%s '
+                          'ORDER BY generation' % SCHEMA, (lease_name,)).fetchall()
+    assert [t[0] for t in terms] == ["holder", "late"], terms   # no term released unused
+    assert terms[1][1] == gen
+    e.close()
