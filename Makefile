@@ -3,6 +3,7 @@
 MODULE_big = hoplock
 OBJS = \
 	src/args.o \
+	src/attach.o \
 	src/bound.o \
 	src/branch.o \
 	src/candidates.o \
@@ -19,19 +20,29 @@ OBJS = \
 	src/install.o \
 	src/history.o \
 	src/hoplock.o \
+	src/keepalive.o \
 	src/launcher.o \
 	src/lease.o \
 	src/mailbox.o \
 	src/monitor.o \
 	src/refusals.o \
+	src/renewall.o \
 	src/rowwrite.o \
 	src/schedule.o \
 	src/session.o \
 	src/shmem.o \
+	src/slotdeclare.o \
+	src/slotforget.o \
+	src/slothandoff.o \
+	src/slothint.o \
+	src/slotkey.o \
+	src/slotrows.o \
+	src/slots.o \
 	src/store.o \
 	src/stream.o \
 	src/table.o \
 	src/termlock.o \
+	src/undoable.o \
 	src/wait.o \
 	src/wakeup.o \
 	src/worker.o
@@ -78,9 +89,14 @@ REGRESS = \
 	handoff \
 	proclaim \
 	step_down \
-	min_hold
+	min_hold \
+	renew_all \
+	renew_all_attach \
+	discard \
+	slots \
+	slots_hint
 REGRESS_OPTS =
-TEMP_REGRESS_OPTS = --temp-instance=tmp_check --temp-config=$(srcdir)/hoplock.conf
+TEMP_REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=$(srcdir)/hoplock.conf
 
 ISOLATION = \
 	race_acquire \
@@ -91,6 +107,7 @@ ISOLATION = \
 	notify_payloads \
 	isolation_levels \
 	table_lock \
+	history_end_race \
 	wait_wakeups \
 	renew_table_busy \
 	fenced_writes \
@@ -100,7 +117,13 @@ ISOLATION = \
 	row_locks \
 	reindex_concurrently \
 	watch_order \
-	precommit_branch_lock
+	precommit_branch_lock \
+	renew_all_race \
+	renew_all_begin \
+	discard_contended \
+	slots_contended \
+	slots_forget \
+	slots_own_slot
 ISOLATION_OPTS =
 TEMP_ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hoplock.conf
 
@@ -108,7 +131,7 @@ TEMP_ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=$(srcdir)/hopl
 # TAP_TESTS= on the command line leaves them out)
 TAP_TESTS = 1
 
-EXTRA_CLEAN = tmp_check tmp_check_iso output_iso
+EXTRA_CLEAN = tmp_check tmp_check_regress tmp_check_iso output_iso
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -126,7 +149,7 @@ endif
 EXTRA_CLEAN += $(OBJS:.o=.o.d)
 
 # The suites one by one, so that scripts/test can run them all and count.
-.PHONY: check-regress check-isolation check-tap test test-clients test-python test-node test-matrix test-valgrind demo bench bench-quick dist torture torture-forks format-check
+.PHONY: check-regress check-isolation check-tap test test-sql-edition test-clients-sql-edition test-clients test-ha test-ha-short deb test-deb test-python test-node test-matrix test-valgrind demo bench bench-quick bench-every-client dist torture torture-forks format-check
 
 check-regress:
 	$(pg_regress_installcheck) $(TEMP_REGRESS_OPTS) $(REGRESS_OPTS) $(REGRESS)
@@ -140,10 +163,29 @@ check-tap:
 test:
 	scripts/test
 
+# The SQL edition (sql-edition/): its suite in a private copy of
+# PostgreSQL; .ci/run runs it.  HOPLOCK_SQLED_TESTS="setup acquire" for some.
+test-sql-edition:
+	scripts/test-sql-edition
+
+# The Go, Python and Node clients' suites against a server with the SQL
+# edition instead of the C one (by hand: about 3.5 minutes).
+test-clients-sql-edition:
+	scripts/test-clients-sql-edition
+
 # The client libraries' suites make test leaves out (its 15 minutes):
 # Python, Node, the Go client under a newer Go.  .ci/run runs it.
 test-clients:
 	scripts/test-clients
+
+# hoplock on a Patroni cluster of three nodes and etcd, failed over while
+# electors write (scripts/test-ha); test-ha-short (HA_SHORT=1): the
+# shorter run of .ci/run
+test-ha:
+	scripts/test-ha
+
+test-ha-short:
+	HA_SHORT=1 scripts/test-ha
 
 # The Python client (clients/python): mypy, an offline install, pytest on
 # a scratch server of its own; part of make test-clients.  PYTEST_ARGS=-k process
@@ -164,16 +206,34 @@ format-check:
 demo:
 	scripts/demo
 
+# Every benchmark in one run: bench/RESULTS.md, every target at the top
+# (bench/run); bench-quick: a shorter part, into a temporary directory
 bench:
 	bench/run
 
 bench-quick:
 	bench/run --quick
 
+# Every client's leader killed and stopped, 20 rounds each, the history
+# checked, takeover p50/p99 per client (part of make bench; ROUNDS=N)
+bench-every-client:
+	bench/every-client --mixed --rounds $(or $(ROUNDS),20)
+
 # The PGXN distribution hoplock-VERSION.zip of the committed tree;
 # make dist DIST_FLAGS=--worktree: of the working tree as it is.
 dist:
 	scripts/dist $(DIST_FLAGS)
+
+# The Debian packages postgresql-NN-hoplock, into debs/ (debian/, pg_buildext),
+# checked by lintian
+deb:
+	scripts/deb
+
+# The package built, installed with apt-get on /usr's PostgreSQL (a make
+# install copy moved aside and put back), make installcheck against it,
+# its file list, and apt-get purge leaving nothing (as root)
+test-deb:
+	scripts/test-deb
 
 # The torture checker (t/017_torture.pl) for 10 minutes, or DURATION seconds
 torture:

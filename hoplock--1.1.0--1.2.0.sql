@@ -99,7 +99,7 @@ SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.delivery', '');
 CREATE FUNCTION @extschema@.hoplock_watch(after bigint, timeout interval,
     OUT seq bigint, OUT event text, OUT name text, OUT owner text,
     OUT generation bigint, OUT at timestamptz, OUT value text,
-    OUT free_at timestamptz)
+    OUT free_at timestamptz, OUT slot integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'hoplock_watch'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -164,7 +164,7 @@ COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
     'the events after number since, from the event log: acquired, renewed (with hoplock.notify_renewals), released, expired';
 
 COMMENT ON TABLE hoplock_internal.history IS
-    'the terms of the leases, newest hoplock.history_size kept: how each ended (begin_seq and end_seq: the numbers of its events in 1.1; 0 and NULL since 1.2, whose events are in the event log)';
+    'the terms of the leases that ended, written as each ends, newest hoplock.history_size kept, the running ones (their lease rows) counted: how each ended (begin_seq and end_seq: the numbers of its events in 1.1; 0 and NULL since 1.2, whose events are in the event log; 1.1 wrote a row as a term began too)';
 
 -- Three functions are replaced below, their arguments or columns changed
 -- (hoplock_wait, hoplock_acquire, hoplock_events): no object of the user's
@@ -207,13 +207,14 @@ CREATE FUNCTION @extschema@.hoplock_wait(name text, owner text, ttl interval, ti
                                          priority integer DEFAULT 0,
                                          value text DEFAULT NULL,
                                          preempt boolean DEFAULT false,
-                                         min_hold interval DEFAULT NULL)
+                                         min_hold interval DEFAULT NULL,
+                                         slots integer DEFAULT 1)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_wait'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 
-COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text, boolean, interval) IS
+COMMENT ON FUNCTION @extschema@.hoplock_wait(text, text, interval, interval, boolean, integer, text, boolean, interval, integer) IS
     'acquire the lease as soon as it can be had, as a candidate of the given priority (with preempt, asking a holder of lower priority to step down); NULL after timeout';
 
 -- The sessions waiting in hoplock_wait: a freed lease goes to the one
@@ -256,6 +257,9 @@ ALTER TABLE hoplock_internal.lease ADD COLUMN priority integer;
 ALTER TABLE hoplock_internal.lease ADD COLUMN handed_pid integer;
 ALTER TABLE hoplock_internal.lease ADD COLUMN handed_start timestamptz;
 ALTER TABLE hoplock_internal.lease ADD COLUMN hold_until timestamptz;
+ALTER TABLE hoplock_internal.lease ADD COLUMN keepalive bigint;
+COMMENT ON COLUMN hoplock_internal.lease.keepalive IS
+    'the owner keepalive (hoplock_internal.keepalive.id) the running term takes its expiry from; minus that id: the term left it (renewed by itself) and the owner''s next hoplock_renew_all attaches it again; NULL: none';
 COMMENT ON COLUMN hoplock_internal.lease.hold_until IS
     'acquired_at + min_hold of the term (hoplock_acquire, hoplock_wait): released before then, the name is kept from other owners until then; NULL: no hold, or its end announced';
 COMMENT ON COLUMN hoplock_internal.lease.handed_pid IS
@@ -282,13 +286,14 @@ DROP FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean);
 CREATE FUNCTION @extschema@.hoplock_acquire(name text, owner text, ttl interval,
                                             session_bound boolean DEFAULT false,
                                             value text DEFAULT NULL,
-                                            min_hold interval DEFAULT NULL)
+                                            min_hold interval DEFAULT NULL,
+                                            slots integer DEFAULT 1)
 RETURNS @extschema@.hoplock_lease
 AS 'MODULE_PATHNAME', 'hoplock_acquire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean, text, interval) IS
-    'start a new term of the lease, or extend the owner''s own; NULL if another owner holds it (or keeps it: min_hold)';
+COMMENT ON FUNCTION @extschema@.hoplock_acquire(text, text, interval, boolean, text, interval, integer) IS
+    'start a new term of the lease (with slots: in a free slot), or extend the owner''s own; NULL if other owners hold it (or keep it: min_hold)';
 
 CREATE FUNCTION @extschema@.hoplock_proclaim(name text, owner text, generation bigint, value text)
 RETURNS boolean
@@ -319,10 +324,34 @@ AS 'MODULE_PATHNAME', 'hoplock_refusals'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
 -- hoplock_history counts them per term (a new last column).
+-- The running terms are their lease rows (state h): a term's row in the
+-- history is written when it ends.  A running term's row that 1.1 wrote
+-- as it began (kept by the upgrade, or by a restored 1.1 dump) stands in
+-- for its lease row until the term ends.  With no history kept
+-- (hoplock.history_size = 0), no running term is shown either.
+CREATE FUNCTION hoplock_internal.history_kept()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'hoplock_history_kept'
+LANGUAGE C STABLE PARALLEL SAFE;
+
 CREATE OR REPLACE VIEW @extschema@.hoplock_history WITH (security_barrier) AS
-    SELECT h.name, h.owner, h.role, h.generation, h.acquired_at, h.ended_at, h.how,
-           coalesce(r.fences OPERATOR(pg_catalog.+) r.writes, 0) AS refused_writes
-      FROM hoplock_internal.history AS h
+    SELECT pg_catalog.split_part(h.name, E'\x1f', 1) COLLATE "C" AS name,
+           h.owner, h.role, h.generation, h.acquired_at, h.ended_at, h.how,
+           coalesce(r.fences OPERATOR(pg_catalog.+) r.writes, 0) AS refused_writes,
+           CASE WHEN pg_catalog.strpos(h.name, E'\x1f') OPERATOR(pg_catalog.>) 0
+                THEN pg_catalog.split_part(h.name, E'\x1f', 2)::pg_catalog.int4 END AS slot
+      FROM (SELECT e.name, e.owner, e.role, e.generation, e.acquired_at,
+                   e.ended_at, e.how
+              FROM hoplock_internal.history AS e
+            UNION ALL
+            SELECT l.name, l.owner, l.owner_role, l.generation, l.acquired_at,
+                   NULL::pg_catalog.timestamptz, NULL::pg_catalog.text
+              FROM hoplock_internal.lease AS l
+             WHERE l.state OPERATOR(pg_catalog.=) 'h'::"char"
+               AND hoplock_internal.history_kept()
+               AND NOT EXISTS (SELECT FROM hoplock_internal.history AS o
+                                WHERE o.name OPERATOR(pg_catalog.=) l.name
+                                  AND o.generation OPERATOR(pg_catalog.=) l.generation)) AS h
            LEFT JOIN hoplock_internal.refusals() AS r
              ON (r.name COLLATE "C") OPERATOR(pg_catalog.=) h.name
             AND r.generation OPERATOR(pg_catalog.=) h.generation;
@@ -330,17 +359,52 @@ CREATE OR REPLACE VIEW @extschema@.hoplock_history WITH (security_barrier) AS
 COMMENT ON VIEW @extschema@.hoplock_history IS
     'past and running terms: who led, from when to when, how each term ended, and the writes refused to it after it lost its lease';
 
+-- Owner keepalives (hoplock_renew_all): one row per (role, owner) whose
+-- running terms attached to it take their expiry from it, so that one
+-- update renews them all.  A lapsed keepalive is never renewed: the next
+-- hoplock_renew_all begins another (a new id); the worker announces the
+-- lapsed one's terms and deletes it.  A lease row names its keepalive
+-- only while its term is attached (NULL otherwise), and the only index that
+-- finds attached terms is partial on that column, so that a term change of
+-- a name whose terms never attach stays a HOT update.
+CREATE SEQUENCE hoplock_internal.keepalive_id_seq;
+SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.keepalive_id_seq', '');
+
+CREATE TABLE hoplock_internal.keepalive (
+    id            bigint NOT NULL,
+    owner_roleid  oid NOT NULL,
+    owner         text COLLATE "C" NOT NULL,
+    renewed_at    timestamptz NOT NULL,
+    expires_at    timestamptz NOT NULL,
+    version       bigint NOT NULL,
+    attach_horizon bigint,
+    CONSTRAINT keepalive_pkey PRIMARY KEY (id)
+) WITH (fillfactor = 50, vacuum_truncate = false);
+
+COMMENT ON TABLE hoplock_internal.keepalive IS
+    'owner keepalives: the terms whose lease row names one in its keepalive column run until its expires_at (hoplock_renew_all renews it)';
+
+SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.keepalive', '');
+
+COMMENT ON COLUMN hoplock_internal.keepalive.attach_horizon IS
+    'a transaction id: a term begun by a transaction before it may have missed the keepalive until that transaction ends; NULL: none';
+
+CREATE INDEX keepalive_by_owner ON hoplock_internal.keepalive (owner_roleid, owner);
+
+CREATE INDEX lease_by_keepalive ON hoplock_internal.lease (keepalive)
+    WHERE keepalive IS NOT NULL;
+
 CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
-    SELECT l.name,
+    SELECT pg_catalog.split_part(l.name, E'\x1f', 1) COLLATE "C" AS name,
            l.owner,
            l.generation,
            l.acquired_at,
-           l.renewed_at,
-           l.expires_at,
+           GREATEST(l.renewed_at, k.renewed_at) AS renewed_at,
+           COALESCE(k.expires_at, l.expires_at) AS expires_at,
            l.state OPERATOR(pg_catalog.<>) 'r'::"char"
-               AND l.expires_at OPERATOR(pg_catalog.<=) c.now AS expired,
-           CASE WHEN l.expires_at OPERATOR(pg_catalog.>) c.now
-                THEN l.expires_at OPERATOR(pg_catalog.-) c.now
+               AND COALESCE(k.expires_at, l.expires_at) OPERATOR(pg_catalog.<=) c.now AS expired,
+           CASE WHEN COALESCE(k.expires_at, l.expires_at) OPERATOR(pg_catalog.>) c.now
+                THEN COALESCE(k.expires_at, l.expires_at) OPERATOR(pg_catalog.-) c.now
                 ELSE '0'::pg_catalog.interval
            END AS remaining,
            l.owner_role AS role,
@@ -352,9 +416,18 @@ CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
            l.step_down_to,
            coalesce(l.priority, 0) AS priority,
            coalesce(r.refused, 0) AS refused_writes,
-           CASE WHEN l.hold_until OPERATOR(pg_catalog.>) c.now THEN l.hold_until END AS hold_until
+           CASE WHEN l.hold_until OPERATOR(pg_catalog.>) c.now
+                     AND (l.state OPERATOR(pg_catalog.=) 'r'::"char"
+                          OR COALESCE(k.expires_at, l.expires_at) OPERATOR(pg_catalog.>) c.now)
+                THEN l.hold_until
+           END AS hold_until,
+           CASE WHEN pg_catalog.strpos(l.name, E'\x1f') OPERATOR(pg_catalog.>) 0
+                THEN pg_catalog.split_part(l.name, E'\x1f', 2)::pg_catalog.int4 END AS slot
       FROM hoplock_internal.lease AS l
            CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
+           LEFT JOIN hoplock_internal.keepalive AS k
+                  ON l.state OPERATOR(pg_catalog.=) 'h'::"char"
+                 AND k.id OPERATOR(pg_catalog.=) l.keepalive
            LEFT JOIN (SELECT f.name COLLATE "C" AS name,
                              pg_catalog.sum(f.fences OPERATOR(pg_catalog.+) f.writes)::pg_catalog.int8 AS refused
                         FROM hoplock_internal.refusals() AS f
@@ -363,13 +436,13 @@ CREATE OR REPLACE VIEW @extschema@.hoplock_leases WITH (security_barrier) AS
         OR l.hold_until OPERATOR(pg_catalog.>) c.now;
 
 COMMENT ON VIEW @extschema@.hoplock_leases IS
-    'one row per lease that is held, has expired without being released, or was released during its hold (min_hold) that still keeps it';
+    'one row per lease that is held, has expired without being released, or was released during its hold (min_hold) that still keeps it; a lease with slots has a row per slot term (slot: its number; NULL for a lease without slots)';
 
 DROP FUNCTION @extschema@.hoplock_events(bigint);
 CREATE FUNCTION @extschema@.hoplock_events(since bigint DEFAULT 0,
     OUT seq bigint, OUT event text, OUT name text, OUT owner text,
     OUT generation bigint, OUT at timestamptz, OUT value text,
-    OUT free_at timestamptz)
+    OUT free_at timestamptz, OUT slot integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'hoplock_events'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
@@ -387,8 +460,8 @@ BEGIN
     FOR r IN SELECT v.new::pg_catalog.regprocedure AS new,
                     pg_catalog.current_setting('hoplock_update.' OPERATOR(pg_catalog.||) v.key, true) AS acl
                FROM (VALUES
-                   ('wait', '@extschema@.hoplock_wait(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool, pg_catalog.int4, pg_catalog.text, pg_catalog.bool, pg_catalog.interval)'),
-                   ('acquire', '@extschema@.hoplock_acquire(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool, pg_catalog.text, pg_catalog.interval)'),
+                   ('wait', '@extschema@.hoplock_wait(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.interval, pg_catalog.bool, pg_catalog.int4, pg_catalog.text, pg_catalog.bool, pg_catalog.interval, pg_catalog.int4)'),
+                   ('acquire', '@extschema@.hoplock_acquire(pg_catalog.text, pg_catalog.text, pg_catalog.interval, pg_catalog.bool, pg_catalog.text, pg_catalog.interval, pg_catalog.int4)'),
                    ('events', '@extschema@.hoplock_events(pg_catalog.int8)')) AS v(key, new)
     LOOP
         CONTINUE WHEN r.acl IS NULL OR r.acl OPERATOR(pg_catalog.=) '';
@@ -404,3 +477,11 @@ BEGIN
         END LOOP;
     END LOOP;
 END $$;
+
+CREATE FUNCTION @extschema@.hoplock_renew_all(owner text, ttl interval)
+RETURNS TABLE (name text, slot integer, generation bigint, expires_at timestamptz)
+AS 'MODULE_PATHNAME', 'hoplock_renew_all'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
+
+COMMENT ON FUNCTION @extschema@.hoplock_renew_all(text, interval) IS
+    'renew every running term of the owner that the calling role began, with one write of the owner''s keepalive; returns the terms renewed';

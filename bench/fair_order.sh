@@ -13,15 +13,17 @@
 # entry.  Reports each candidate's share of the terms, those violations,
 # the terms whose entry the recorder missed, and how many plain acquires
 # took the lease (none may: a candidate always waits).  Part of make
-# bench.
+# bench (bench/target.sh: none of those may happen).
 set -eu
 handovers=${1:-10000}
 out=${2:-/dev/stdout}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../scripts/scratch.sh"
+. "$here/target.sh"
 
 scratch_start "fsync = off" "synchronous_commit = off"
-trap scratch_stop EXIT
+work_out=$(mktemp /tmp/hoplock-fair.XXXXXX)
+trap 'scratch_stop; rm -f "$work_out"' EXIT
 scratch_psql -q -c 'CREATE EXTENSION hoplock' \
 	-c 'CREATE TABLE served (n bigserial PRIMARY KEY, owner text NOT NULL, generation bigint NOT NULL, got_at timestamptz NOT NULL, released_at timestamptz)' \
 	-c 'CREATE TABLE seen (owner text, since timestamptz, PRIMARY KEY (owner, since))' \
@@ -121,4 +123,10 @@ ended=$(date +%s.%N)
 	  FROM (SELECT generation, lag(generation) OVER (ORDER BY n) AS prev FROM served) s
 	 WHERE prev IS NOT NULL AND generation <= prev"
 	scratch_psql -AtqX -c "SELECT 'plain acquires: ' || tries || ', of which took the lease: ' || taken FROM plain"
-} >"$out"
+} >"$work_out"
+cat "$work_out" >"$out"
+# order violations, terms out of generation order, plain acquires that took it
+bad=$(sed -n -e 's/^order violations[^:]*: \([0-9]*\);.*/\1/p' -e 's/^terms out of generation order: \([0-9]*\)/\1/p' \
+	-e 's/^plain acquires: .* took the lease: \([0-9]*\)/\1/p' "$work_out" | awk '{ s += $1; n++ } END { print n == 3 ? s : -1 }')
+bench_target b60 "8 candidates of one lease, $((per * 8)) terms: served out of order, out of generation order, taken by a plain acquire" \
+	"$bad" '0' "$([ "$bad" = 0 ] && echo met || echo MISSED)" 'bench/fair_order.sh'

@@ -8,6 +8,7 @@ set -eu
 out=${1:-/dev/stdout}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../scripts/scratch.sh"
+. "$here/target.sh"
 
 dir=$(mktemp -d /tmp/hoplock-fenced.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
@@ -38,8 +39,18 @@ run() {
 	count[$label]=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$dir/valgrind.$label")
 }
 run empty "SELECT 1;"
-run plain "INSERT INTO plain SELECT i, 'row ' || i, 1 FROM generate_series(1, $rows) AS i;"
-run fenced "INSERT INTO fenced SELECT i, 'row ' || i, 1 FROM generate_series(1, $rows) AS i;"
+# each row carries the running term's generation (the trigger checks it);
+# both inserts look it up alike
+gen="(SELECT generation FROM hoplock_holder('bulk')) AS h(g)"
+run plain "INSERT INTO plain SELECT i, 'row ' || i, g FROM generate_series(1, $rows) AS i, $gen;"
+run fenced "INSERT INTO fenced SELECT i, 'row ' || i, g FROM generate_series(1, $rows) AS i, $gen;"
+# both inserted every row (a refused insert costs next to nothing)
+inserted=$(echo "SELECT (SELECT count(*) FROM plain) + (SELECT count(*) FROM fenced) AS n;" | single 2>/dev/null |
+	sed -n 's/.*n = "\([0-9]*\)".*/\1/p')
+if [ "$inserted" != $((2 * rows)) ]; then
+	echo "fenced.sh: the inserts wrote ${inserted:-no} rows, not $((2 * rows)) (KEEP=1 keeps $dir)" >&2
+	exit 1
+fi
 
 plain=$(( count[plain] - count[empty] ))
 fenced=$(( count[fenced] - count[empty] ))
@@ -54,3 +65,6 @@ fenced=$(( count[fenced] - count[empty] ))
 		"$(echo "scale=4; $fenced / $plain" | bc)"
 	echo
 } >"$out"
+r=$(echo "scale=4; $fenced / $plain" | bc)
+bench_target b40 "an INSERT of $rows rows through hoplock_fenced against without the trigger (instructions)" \
+	"$(printf '%.2f×' "$r")" '≤ 1.2×' "$(bench_verdict "$r" le 1.2)" 'bench/fenced.sh'

@@ -11,6 +11,7 @@ names=${1:-1000000}
 out=${2:-/dev/stdout}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../scripts/scratch.sh"
+. "$here/target.sh"
 
 scratch_start "hoplock.released_retention = 1" "fsync = off" \
 	"synchronous_commit = off" "autovacuum = off"
@@ -21,6 +22,7 @@ scratch_psql -q -c 'CREATE EXTENSION hoplock' \
 wave=$((names / 4))
 batch=10000
 sizes=()
+bytes=()
 started=$(date +%s)
 for w in 1 2 3 4; do
 	# waves 1 and 3 use new names; 2 and 4 bring back the names of the wave
@@ -44,6 +46,7 @@ SQL
 	done
 	scratch_psql -q -c 'VACUUM hoplock_internal.lease'
 	sizes+=("$(scratch_psql -At -c "SELECT pg_size_pretty(pg_total_relation_size('hoplock_internal.lease'))")")
+	bytes+=("$(scratch_psql -At -c "SELECT pg_total_relation_size('hoplock_internal.lease')")")
 done
 elapsed=$(( $(date +%s) - started ))
 granted=$(scratch_psql -At -c 'SELECT count(*) FROM grants')
@@ -63,4 +66,11 @@ history=$(scratch_psql -At -c 'SELECT count(*) FROM hoplock_internal.history')
 	echo
 	echo "Grants: $granted. Names that came back without a greater generation: $bad. History rows left: $history (hoplock.history_size 10,000)."
 } >"$out"
+# steady: the names that came back (wave 4) took no more room than wave 2's
+r=$(echo "scale=4; ${bytes[3]} / ${bytes[1]}" | bc)
+ok=$(bench_verdict "$r" le 1.05)
+[ "$bad" -eq 0 ] || ok=MISSED
+bench_target a54 "$names short-lived names in 4 waves, forgotten: the lease table after waves 2 and 4" \
+	"${sizes[1]}, ${sizes[3]} ($(printf '%.2f×' "$r")); generations repeated or lower: $bad" \
+	'steady (≤ 1.05×), none' "$ok" 'bench/forget.sh'
 [ "$bad" -eq 0 ]

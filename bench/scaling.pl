@@ -65,6 +65,16 @@ sub dist
 sub median { my @v = sort { $a <=> $b } @_; return ($v[ int($#v / 2) ] + $v[ int(($#v + 1) / 2) ]) / 2; }
 sub commas { my $n = sprintf('%.0f', $_[0]); 1 while $n =~ s/^(-?\d+)(\d{3})/$1,$2/; return $n; }
 
+# A row of bench/RESULTS.md's targets table (bench/target.sh)
+sub target
+{
+	my ($key, $what, $measured, $limit, $ok) = @_;
+	my $f = $ENV{HOPLOCK_BENCH_TARGETS} or return;
+	open my $fh, '>>', $f or die "scaling: $f: $!\n";
+	print $fh join("\t", $key, $what, $measured, $limit, $ok ? 'met' : 'MISSED', 'bench/scaling'), "\n";
+	close $fh;
+}
+
 # ---------------------------------------------------------------------------
 # Setup: the extension, each client's row, each client's held name
 # ---------------------------------------------------------------------------
@@ -226,6 +236,13 @@ if ($section{1})
 		my %m = map { $_ => median(@{ $tps{$_}{$c} }) } @order;
 		say(sprintf('| %d | %s | %s | %s | %s | %.2f× | %s |', $c, (map { commas($m{$_}) } @order),
 			$m{term} / $m{update}, defined $one ? sprintf('%.2f×', $m{term} / $one) : '—'));
+		if ($c == 16)
+		{
+			target('b50', 'term changes at 16 clients against a bare one-row UPDATE each, fsync on',
+				sprintf('%.2f×', $m{term} / $m{update}), '≥ 0.5×', $m{term} / $m{update} >= 0.5);
+			target('b51', 'term changes at 16 clients against one client', sprintf('%.2f×', $m{term} / $one),
+				'≥ 0.9×', $m{term} / $one >= 0.9) if defined $one;
+		}
 	}
 	say('');
 	say('Targets (issue 27, 2 cores): at 16 clients, term changes ≥ 0.5× the bare UPDATE and ≥ 0.9× one client.');
@@ -292,6 +309,10 @@ if ($section{2})
 		my $m = median(@{ $app{$label} });
 		my $vs_update = '—';
 		$vs_update = sprintf('%.2f×', $m / median(@{ $app{ $cases[ $i + 1 ][0] } })) if $w && $w eq 'term';
+		target('b52', "an application's UPDATE + pg_notify beside $churners clients of term changes held to "
+			  . commas($r) . ' tx/s, against alone', sprintf('%.2f× (beside as many bare UPDATEs: %.2f×)', $m / $alone,
+				median(@{ $app{ $cases[ $i + 1 ][0] } }) / $alone), '≥ 0.8×', $m / $alone >= 0.8)
+		  if $w && $w eq 'term' && $r;
 		say(sprintf('| %s | %s | %s | %s | %s |', $label, commas($m),
 			$w && $w eq 'term' && !$r ? sprintf('**%.2f×**', $m / $alone) : sprintf('%.2f×', $m / $alone),
 			$vs_update, $w ? commas(median(@{ $beside{$label} })) : '—'));
@@ -459,6 +480,10 @@ if ($section{3})
 		push @loads, $loadavg->();
 		my @d = dist(@$lags);
 		progress("delivery, $consumer, $n clients: $events events, p50 $d[0] p99 $d[1] max $d[2] ms, $missing not received");
+		target($consumer eq 'listen' ? ($n == 1 ? 'b53' : 'b54') : 'b55',
+			($consumer eq 'listen' ? 'acquired / released at a LISTENer' : 'hoplock_watch returns')
+			  . " after the COMMIT, $n client" . ($n > 1 ? 's' : '') . ', p99',
+			"$d[1] ms", "≤ $target ms", $d[1] <= $target) if defined $target;
 		say(sprintf('| %s | %d | %s | %s | %s | %s | %d | %d | %s |',
 			$consumer eq 'listen' ? "LISTEN $channel" : 'hoplock_watch', $n, commas($events), @d, $missing, $twice,
 			defined $target ? "≤ $target ms" : '—'));
@@ -538,6 +563,8 @@ if ($section{4})
 	say('| expired events received | p50 | p99 | max | target (p99) |');
 	say('| --- | --- | --- | --- | --- |');
 	say(sprintf('| %s of %s | %s | %s | %s | ≤ 20 ms |', commas(scalar @lags), commas($n), @d));
+	target('b56', commas($n) . ' names lapsing at one instant: expired at a listener after expires_at, p99',
+		"$d[1] ms (" . commas(scalar @lags) . ' of ' . commas($n) . ')', '≤ 20 ms', $d[1] <= 20 && @lags == $n);
 	say('');
 }
 

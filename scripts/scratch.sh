@@ -4,7 +4,8 @@
 # so as root the server runs as the "postgres" OS user.
 #
 #   scratch_start [extra postgresql.conf lines...]   sets SCRATCH_DIR, PGPORT
-#                         (the port: SCRATCH_PORT if set, else a free one)
+#                         (the port: SCRATCH_PORT if set, else a free one of
+#                         SCRATCH_PORT_RANGE, FIRST-LAST, default 54320-54420)
 #   scratch_psql [psql args...]                      psql as the superuser
 #   scratch_stop                                     stops it, removes the dir
 
@@ -21,8 +22,8 @@ scratch_as_owner() {
 }
 
 scratch_free_port() {
-	local port
-	for port in $(seq 54320 54420); do
+	local port range=${SCRATCH_PORT_RANGE:-54320-54420}
+	for port in $(seq "${range%-*}" "${range#*-}"); do
 		if ! [ -e "/tmp/.s.PGSQL.$port" ]; then
 			echo "$port"
 			return

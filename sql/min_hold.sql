@@ -51,19 +51,24 @@ SELECT hoplock_release('mh', 'b');
 -- The same owner in a role without the privileges of the term's role is
 -- another owner to the hold.
 CREATE ROLE mh_other;
-GRANT EXECUTE ON FUNCTION hoplock_acquire(text, text, interval, boolean, text, interval) TO mh_other;
+GRANT EXECUTE ON FUNCTION hoplock_acquire(text, text, interval, boolean, text, interval, integer) TO mh_other;
 SELECT show(hoplock_acquire('mh2', 'a', '1 h', min_hold => '1 h'));
 SELECT hoplock_release('mh2', 'a');
 SET ROLE mh_other;
 SELECT show(hoplock_acquire('mh2', 'a', '1 h'));
 RESET ROLE;
 
--- force_release, the operator's override, ends a hold: "freed" at once.
+-- force_release, the operator's override, ends a hold: "freed" at once,
+-- counted among the force-releases.
+SELECT force_releases AS mh_fr FROM hoplock_stats
+ WHERE datname = current_database() \gset
 SELECT hoplock_force_release('mh2') AS forced;
 SELECT count(*) AS listed FROM hoplock_leases WHERE name = 'mh2';
+SELECT force_releases - :mh_fr AS counted FROM hoplock_stats
+ WHERE datname = current_database();
 SELECT show(hoplock_acquire('mh2', 'b', '1 h'));
 SELECT hoplock_force_release('mh2') AS forced;
-REVOKE ALL ON FUNCTION hoplock_acquire(text, text, interval, boolean, text, interval) FROM mh_other;
+REVOKE ALL ON FUNCTION hoplock_acquire(text, text, interval, boolean, text, interval, integer) FROM mh_other;
 DROP ROLE mh_other;
 
 -- A hold runs out: the worker announces it ("freed", at hold_until), and
@@ -78,6 +83,17 @@ SELECT hoplock_release('mh3', 'b');
 SELECT show(hoplock_acquire('mh4', 'a', '1 s', min_hold => '1 s'));
 SELECT pg_sleep(1.1);
 SELECT show(hoplock_acquire('mh4', 'b', '1 h'));
+
+-- A term that lapsed keeps nothing: hoplock_leases shows no hold_until for
+-- it, also before its expiry is announced (here the renewal that made it
+-- lapse first is not committed, so the worker cannot announce it yet).
+SELECT show(hoplock_acquire('mh5', 'a', '1 h', min_hold => '1 h'));
+BEGIN;
+SELECT show(hoplock_renew('mh5', 'a', '10 ms'));
+SELECT pg_sleep(0.05);
+SELECT expired, hold_until FROM hoplock_leases WHERE name = 'mh5';
+SELECT show(hoplock_acquire('mh5', 'b', '1 h'));
+COMMIT;
 
 -- The events, in order: released (the hold kept), freed (by force, or by
 -- the worker when the hold ran out), then the next term.

@@ -75,7 +75,7 @@ SELECT e.event, e.owner, gen_label(e.name, e.generation) AS generation,
        e.at = CASE WHEN e.event = 'acquired' THEN h.acquired_at ELSE h.ended_at END
            AS at_matches_history
   FROM hoplock_events() AS e
-  JOIN hoplock_internal.history AS h USING (name, generation)
+  JOIN hoplock_history AS h USING (name, generation)
  WHERE e.name = 'mon'
  ORDER BY e.seq;
 -- Numbers increase with time.

@@ -114,6 +114,39 @@ RESET ROLE;
 SELECT show(hoplock_acquire('sec-limit-su', 'su', '1 h'));
 RESET hoplock.max_names_per_role;
 
+-- hoplock_history shows the running terms from the lease table's rows in
+-- state h: a function in the caller's WHERE clause (cheaper than any
+-- other qual, so first if it could go below the view) sees only the rows
+-- the view shows, never the lease table's others (a name with slots has a
+-- row that is no term, its owner the slot count); nor can the caller
+-- change hoplock.history_size, which decides whether running terms show.
+RESET ROLE;
+SET ROLE regress_hoplock_victim;
+SELECT show(hoplock_acquire('sec-hist-slots', 'v', '1 h', slots => 2));
+RESET ROLE;
+SET ROLE regress_hoplock_mallory;
+CREATE FUNCTION public.sec_leak(text) RETURNS boolean
+LANGUAGE plpgsql STABLE COST 0.0000001 AS $$
+BEGIN
+    IF $1 LIKE E'\x1f%' THEN
+        RAISE NOTICE 'saw a lease row that is no term: owner %', replace($1, E'\x1f', '^_');
+    END IF;
+    RETURN true;
+END $$;
+SELECT name, owner, slot, ended_at IS NULL AS running FROM hoplock_history
+ WHERE public.sec_leak(owner) AND name = 'sec-hist-slots';
+SET hoplock.history_size = 0;
+\echo :LAST_ERROR_SQLSTATE
+SELECT set_config('hoplock.history_size', '0', true);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+ALTER ROLE regress_hoplock_mallory SET hoplock.history_size = 0;
+\echo :LAST_ERROR_SQLSTATE
+DROP FUNCTION public.sec_leak(text);
+SET ROLE regress_hoplock_victim;
+SELECT hoplock_release('sec-hist-slots', 'v');
+RESET ROLE;
+
 RESET ROLE;
 DROP SCHEMA mallory CASCADE;
 DROP TABLE pg_temp.lease;

@@ -16,6 +16,7 @@
 #include "compat.h"
 #include "hoplock.h"
 #include "settings.h"
+#include "slotkey.h"
 
 #include "catalog/namespace.h"
 #include "common/int.h"
@@ -279,6 +280,33 @@ hl_arg_int32(FunctionCallInfo fcinfo, int argno, const char *argname)
 		return 0;
 	check_not_null(fcinfo, argno, argname);
 	return PG_GETARG_INT32(argno);
+}
+
+/*
+ * slots => N: 1 to HL_SLOTS_MAX (absent: 1); a lease with more than one
+ * slot has a name short enough for its slots' keys (slotkey.h).
+ */
+int32
+hl_arg_slots(FunctionCallInfo fcinfo, int argno, text *name)
+{
+	int32		slots;
+
+	if (PG_NARGS() <= argno)
+		return 1;
+	check_not_null(fcinfo, argno, "slots");
+	slots = PG_GETARG_INT32(argno);
+	if (slots < 1 || slots > HL_SLOTS_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("slots %d is out of range", slots),
+				 errdetail("A lease has 1 to %d slots.", HL_SLOTS_MAX)));
+	if (slots > 1 && VARSIZE_ANY_EXHDR(name) > HL_SLOT_NAME_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"name\" is too long for a lease with slots"),
+				 errdetail("The name of a lease with slots has at most %d bytes; this one has %d.",
+						   HL_SLOT_NAME_MAX, (int) VARSIZE_ANY_EXHDR(name))));
+	return slots;
 }
 
 /* Any other required text argument, such as a handle. */

@@ -15,6 +15,7 @@ extern text *hl_arg_name(FunctionCallInfo fcinfo, int argno,
 						 const char *what);
 extern int64 hl_arg_ttl(FunctionCallInfo fcinfo, int argno);
 extern int64 hl_arg_min_hold(FunctionCallInfo fcinfo, int argno, int64 ttl);
+extern int32 hl_arg_slots(FunctionCallInfo fcinfo, int argno, text *name);
 extern int64 hl_arg_generation(FunctionCallInfo fcinfo, int argno);
 extern int64 hl_arg_timeout(FunctionCallInfo fcinfo, int argno);
 extern bool hl_arg_bool(FunctionCallInfo fcinfo, int argno,

@@ -15,7 +15,9 @@
  *		twice what it held after the last pruning: then every name whose
  *		row no longer binds this session is dropped, so the table stays
  *		within twice the terms still bound (one lookup per binding, spread
- *		out).
+ *		out).  DISCARD ALL (session.c) forgets at once the names it finds no
+ *		longer bound here, and those whose terms it ends once its
+ *		transaction commits.
  *
  *		It reads the lease table through the storage layer (store.c) and
  *		calls nothing above it.
@@ -42,10 +44,13 @@ typedef struct BoundName
 											 * no NUL */
 	bool		committed;		/* its binding committed */
 	LocalTransactionId bound_in;	/* the transaction that bound it last */
+	bool		ending;			/* this transaction ends its term: forget it
+								 * at commit */
 } BoundName;
 
 static HTAB *bound = NULL;		/* in TopMemoryContext */
 static int	uncommitted = 0;	/* entries with committed == false */
+static int	ending = 0;			/* entries with ending == true */
 
 /* Prune the table when it holds this many entries (prune_bound) */
 #define PRUNE_AT_LEAST	64
@@ -91,6 +96,8 @@ prune_bound(void)
 				continue;
 		}
 		/* removing the entry just returned is allowed during a scan */
+		if (entry->ending)
+			ending--;
 		(void) hash_search(bound, entry->key, HASH_REMOVE, NULL);
 	}
 	prune_at = Max(PRUNE_AT_LEAST, 2 * hash_get_num_entries(bound));
@@ -128,9 +135,50 @@ hl_bound_add(text *name)
 	if (!found)
 	{
 		entry->committed = false;
+		entry->ending = false;
 		uncommitted++;
 	}
 	entry->bound_in = hl_my_lxid();
+}
+
+/*
+ * Forget "name" (NUL-terminated) now: its lease row, as just read, binds
+ * no term to this session.  A binding this transaction made is kept (it
+ * is not what the row says until it commits).
+ */
+void
+hl_bound_forget(const char *name)
+{
+	BoundName  *entry;
+
+	if (bound == NULL)
+		return;
+	entry = hash_search(bound, name, HASH_FIND, NULL);
+	if (entry == NULL || !entry->committed ||
+		entry->bound_in == hl_my_lxid())
+		return;
+	if (entry->ending)
+		ending--;
+	(void) hash_search(bound, name, HASH_REMOVE, NULL);
+}
+
+/*
+ * This transaction ended the term of "name" bound to this session: forget
+ * the name if it commits.
+ */
+void
+hl_bound_forget_at_commit(const char *name)
+{
+	BoundName  *entry;
+
+	if (bound == NULL)
+		return;
+	entry = hash_search(bound, name, HASH_FIND, NULL);
+	if (entry == NULL || !entry->committed || entry->ending ||
+		entry->bound_in == hl_my_lxid())
+		return;
+	entry->ending = true;
+	ending++;
 }
 
 /*
@@ -166,6 +214,7 @@ hl_bound_forget_all(void)
 		hash_destroy(bound);
 	bound = NULL;
 	uncommitted = 0;
+	ending = 0;
 }
 
 static void
@@ -174,7 +223,7 @@ bound_xact_callback(XactEvent event, void *arg)
 	HASH_SEQ_STATUS status;
 	BoundName  *entry;
 
-	if (uncommitted == 0)
+	if (uncommitted == 0 && ending == 0)
 		return;
 	switch (event)
 	{
@@ -182,8 +231,15 @@ bound_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			hash_seq_init(&status, bound);
 			while ((entry = hash_seq_search(&status)) != NULL)
-				entry->committed = true;
+			{
+				/* removing the entry just returned is allowed */
+				if (entry->ending)
+					(void) hash_search(bound, entry->key, HASH_REMOVE, NULL);
+				else
+					entry->committed = true;
+			}
 			uncommitted = 0;
+			ending = 0;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
@@ -192,8 +248,11 @@ bound_xact_callback(XactEvent event, void *arg)
 			{
 				if (!entry->committed)
 					(void) hash_search(bound, entry->key, HASH_REMOVE, NULL);
+				else
+					entry->ending = false;
 			}
 			uncommitted = 0;
+			ending = 0;
 			break;
 		default:
 			break;

@@ -299,6 +299,7 @@ begin_branch(HlRelation *rel, const Branch *parent, TimestampTz now,
 	static const int history_cols[] = {Anum_history_generation};
 	static const int floor_cols[] = {Anum_floor_forgotten};
 	static const int branch_cols[] = {Anum_branch_floor};
+	static const int keepalive_cols[] = {6};	/* version */
 	int64		max_c = 0;
 	int64		max_value = 0;
 	int64		max_event = 0;
@@ -317,6 +318,7 @@ begin_branch(HlRelation *rel, const Branch *parent, TimestampTz now,
 		!scan_max(HL_REL_HISTORY, history_cols, lengthof(history_cols), false, &max_c, &max_value) ||
 		!scan_max(HL_REL_FLOOR, floor_cols, lengthof(floor_cols), false, &max_c, &max_value) ||
 		!scan_max(HL_REL_BRANCH, branch_cols, lengthof(branch_cols), true, &max_c, &max_value) ||
+		!scan_max(HL_REL_KEEPALIVE, keepalive_cols, lengthof(keepalive_cols), false, &max_c, &max_value) ||
 		!newest_event_in_data(&max_c, &max_event))
 		return false;
 	max_value = Max(max_value, max_event);
@@ -336,7 +338,14 @@ begin_branch(HlRelation *rel, const Branch *parent, TimestampTz now,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("hoplock's values are exhausted"),
 				 errdetail("Generations are numbered by the microsecond up to the year 2142.")));
-	if (max_c + 1 > now + HL_BRANCH_MARGIN)
+
+	/*
+	 * Values are minted up to HL_BRANCH_MARGIN ahead of the clock, and a
+	 * sibling begun a moment earlier by another transaction may have minted
+	 * a little beyond that when this one reads the clock: warn of a clock
+	 * that stepped back, not of that.
+	 */
+	if (max_c + 1 > now + 2 * HL_BRANCH_MARGIN)
 		ereport(WARNING,
 				(errmsg("the server's clock is %.3f s behind hoplock's data",
 						(double) (max_c + 1 - now) / USECS_PER_SEC),
@@ -443,6 +452,26 @@ hl_mint(int64 after, TimestampTz now, int64 *value, bool *busy)
 		return false;
 	c = Max(hl_value_c(after) + 1, now);
 	c = Max(c, branch.floor);
+
+	/*
+	 * Never a clock part another session minted: terms of one name minted
+	 * under different term locks (a lease's slots) in the same microsecond
+	 * would otherwise share a generation, and a fence names its term by
+	 * generation alone.
+	 */
+	if (hl_shared != NULL)
+	{
+		uint64		last = pg_atomic_read_u64(&hl_shared->last_minted);
+
+		for (;;)
+		{
+			if (c <= (int64) last)
+				c = (int64) last + 1;
+			if (pg_atomic_compare_exchange_u64(&hl_shared->last_minted,
+											   &last, (uint64) c))
+				break;
+		}
+	}
 	if (c > HL_MAX_C)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),

@@ -195,13 +195,13 @@ remember_take(const char *name, int namelen, int64 generation)
  * This backend waits for lease "name" as "owner", with "priority", for a
  * term of "ttl" (and "min_hold", 0: none), bound to the session or not,
  * with "value" (NULL: none),
- * should it be handed one, preempting a holder of lower priority or not:
- * enter it among the lease's candidates.  Nothing without shared memory.
+ * should it be handed one, preempting a holder of lower priority or not,
+ * with "slots" (1: none): enter it among the lease's candidates.  Nothing without shared memory.
  */
 void
 hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
 				   int64 min_hold, bool session_bound, text *value,
-				   bool preempt)
+				   bool preempt, int32 slots)
 {
 	HlCandidate *me;
 	HlWaitKey	key;
@@ -226,6 +226,7 @@ hl_candidate_enter(text *name, text *owner, int32 priority, int64 ttl,
 	me->min_hold = min_hold;
 	me->session_bound = session_bound;
 	me->preempt = preempt;
+	me->slots = slots;
 	me->session_start = MyStartTimestamp;
 	me->xact_snapshot = IsolationUsesXactSnapshot();
 	me->handed = 0;
@@ -352,6 +353,36 @@ hl_candidate_may_take(text *name)
 }
 
 /*
+ * Does a candidate other than this backend wait for lease "name" -- with
+ * a number of slots other than "other_than", unless that is 0?  (A name
+ * whose slots are all free keeps its number of slots while one waits with
+ * it: slotdeclare.c.  Not while those who wait all give the number the
+ * caller gives: they agree to change it.)
+ */
+bool
+hl_candidate_others(text *name, int32 other_than)
+{
+	HlWaitKey	key;
+	LWLock	   *lock;
+	bool		others = false;
+	int			me;
+
+	if (hl_shared == NULL ||
+		pg_atomic_read_u32(&hl_shared->ncandidates) == 0)
+		return false;
+	hl_wait_key(name, &key);
+	me = hl_proc_index();
+	lock = hl_wait_lock_for(&key);
+	LWLockAcquire(lock, LW_SHARED);
+	for (int i = 0; i < hl_shared->nprocs && !others; i++)
+		others = i != me && same_key(&hl_shared->candidates[i].key, &key) &&
+			(other_than == 0 ||
+			 hl_shared->candidates[i].slots != other_than);
+	LWLockRelease(lock);
+	return others;
+}
+
+/*
  * Copies of the candidates of lease "name" that could take a term handed
  * to them, in *found, and their entries' indexes in *index (both
  * palloc'd); returns how many.  Never this backend, nor a candidate
@@ -432,13 +463,27 @@ first_of(const HlCandidate *found, int n, Oid term_roleid,
 	return best;
 }
 
-/* first_of's test for a handoff: the owner asked for (NULL: any) */
+/* What a handoff asks of its candidate: first_of's test "named" */
+typedef struct Wanted
+{
+	text	   *to_owner;		/* NULL: any */
+	List	   *except;			/* owners passed over (text *) */
+} Wanted;
+
 static bool
 named(const HlCandidate *c, const void *arg)
 {
-	text	   *to_owner = (text *) arg;
+	const Wanted *w = (const Wanted *) arg;
+	ListCell   *lc;
 
-	return to_owner == NULL || has_owner(c, to_owner);
+	if (w->to_owner != NULL && !has_owner(c, w->to_owner))
+		return false;
+	foreach(lc, w->except)
+	{
+		if (has_owner(c, (text *) lfirst(lc)))
+			return false;
+	}
+	return true;
 }
 
 /* first_of's test for a preemption: above the term's priority, preempting */
@@ -466,13 +511,25 @@ bool
 hl_candidate_pick(text *name, text *to_owner, Oid term_roleid,
 				  HlCandidatePick *pick)
 {
+	return hl_candidate_pick_except(name, to_owner, NIL, term_roleid, pick);
+}
+
+/*
+ * The same, passing over the candidates whose owner is in "except" (a
+ * List of text *): the owners of a lease's other slots (slots.c).
+ */
+bool
+hl_candidate_pick_except(text *name, text *to_owner, List *except,
+						 Oid term_roleid, HlCandidatePick *pick)
+{
 	HlCandidate *found;
 	int		   *index;
 	int			n;
 	int			best;
+	Wanted		w = {to_owner, except};
 
 	n = collect(name, &found, &index);
-	best = first_of(found, n, term_roleid, named, to_owner);
+	best = first_of(found, n, term_roleid, named, &w);
 	if (best < 0)
 		return false;
 	pick->owner = cstring_to_text_with_len(found[best].owner,

@@ -11,6 +11,7 @@
 #define HOPLOCK_CANDIDATES_H
 
 #include "hoplock.h"
+#include "nodes/pg_list.h"
 
 /* One candidate, as hoplock_candidates shows it */
 typedef struct HlCandidateRow
@@ -41,9 +42,12 @@ typedef struct HlCandidatePick
 
 extern void hl_candidate_enter(text *name, text *owner, int32 priority,
 							   int64 ttl, int64 min_hold, bool session_bound,
-							   text *value, bool preempt);
+							   text *value, bool preempt, int32 slots);
 extern bool hl_candidate_pick(text *name, text *to_owner, Oid term_roleid,
 							  HlCandidatePick *pick);
+extern bool hl_candidate_pick_except(text *name, text *to_owner,
+									 List *except, Oid term_roleid,
+									 HlCandidatePick *pick);
 extern text *hl_candidate_preemptor(text *name, int32 term_priority,
 									Oid term_roleid);
 extern void hl_candidate_handed(text *name, const HlCandidatePick *pick,
@@ -51,6 +55,7 @@ extern void hl_candidate_handed(text *name, const HlCandidatePick *pick,
 extern void hl_candidate_leave(bool acquired);
 extern bool hl_candidate_waits(text *name, int32 pid, TimestampTz start);
 extern bool hl_candidate_may_take(text *name);
+extern bool hl_candidate_others(text *name, int32 other_than);
 extern int	hl_candidates_list(HlCandidateRow **rows);
 
 #endif							/* HOPLOCK_CANDIDATES_H */

@@ -20,6 +20,8 @@
  *		  starts a database's worker so at most once a second);
  *		- CREATE DATABASE: the new database may have the extension (from
  *		  its template);
+ *		- DISCARD ALL: the terms bound to the session end (session.c),
+ *		  hoplock preloaded or not;
  *		- an SQL statement that wrote one of hoplock's tables (ExecutorEnd
  *		  hook; COPY and TRUNCATE through the ProcessUtility hook): the
  *		  next value minted begins a branch above the data (branch.c), and
@@ -40,6 +42,8 @@
 #include "compat.h"
 #include "delivery.h"
 #include "hoplock.h"
+#include "keepalive.h"
+#include "session.h"
 #include "shmem.h"
 #include "workers.h"
 
@@ -352,9 +356,17 @@ utility(HL_UTILITY_ARGS)
 											true);
 	if (hl_shared != NULL && changes_state_behind_hoplock(stmt))
 		read_again_at_commit = true;
+	/*
+	 * The session was reset: so are the terms bound to it (hoplock
+	 * preloaded or not: a session that bound terms loaded it).
+	 */
+	if (IsA(stmt, DiscardStmt) &&
+		((DiscardStmt *) stmt)->target == DISCARD_ALL)
+		hl_session_discard();
 	if (writes_hoplock_table(stmt))
 	{
 		hl_branch_note_sql_write();
+		hl_keepalives_written();
 		if (truncates_event_log(stmt))
 			hl_delivery_note_removal();
 	}
@@ -466,7 +478,10 @@ executor_end(QueryDesc *queryDesc)
 	else
 		standard_ExecutorEnd(queryDesc);
 	if (wrote)
+	{
 		hl_branch_note_sql_write();
+		hl_keepalives_written();
+	}
 	if (removed_events)
 		hl_delivery_note_removal();
 }

@@ -51,6 +51,7 @@
 #include "hoplock.h"
 #include "settings.h"
 #include "shmem.h"
+#include "slotkey.h"
 #include "storage.h"
 
 #include "access/xact.h"
@@ -104,6 +105,7 @@ static int	pending_count = 0;	/* lines in pending_lines */
  */
 static bool seq_published = false;
 static bool events_recorded = false;	/* this transaction took numbers */
+static bool terms_recorded = false;	/* for events other than "renewed" */
 static int	seq_published_level = 0;
 static HlEventDb *seq_published_entry = NULL;	/* under whose lock */
 
@@ -128,11 +130,31 @@ append_timestamp(StringInfo buf, TimestampTz ts)
 }
 
 /*
+ * A lease row's name as JSON: a slot's key (slotkey.h) as its name and
+ * "slot": k, for a name with slots only.
+ */
+static void
+slot_name_json(StringInfo buf, const char *key)
+{
+	int			slot;
+	int			len = strlen(key);
+	int			base = hl_slot_split(key, len, &slot);
+
+	if (base == len)
+	{
+		escape_json(buf, key);
+		return;
+	}
+	escape_json(buf, pnstrdup(key, base));
+	appendStringInfo(buf, ", \"slot\": %d", slot);
+}
+
+/*
  * The payload:
  * {"seq": N, "seq_text": "N", "event": "...", "name": "...", "owner": "...",
  *  "generation": N, "generation_text": "N",
  *  "expires_at": "2026-01-01T00:00:00.000000+00:00"}
- * and, when the holder proclaimed one (hoplock_proclaim, or value => at
+ * ("slot": k after the name, for a term of one of a lease's slots) and, when the holder proclaimed one (hoplock_proclaim, or value => at
  * acquire), "value": "..." before the closing brace; a "released" event
  * of a term released during its hold (min_hold), "free_at": "..." last,
  * the instant the hold frees the name.
@@ -154,7 +176,7 @@ hl_event_payload(const char *event, const char *name, const char *owner,
 					 seq, seq);
 	escape_json(&buf, event);
 	appendStringInfoString(&buf, ", \"name\": ");
-	escape_json(&buf, name);
+	slot_name_json(&buf, name);
 	appendStringInfoString(&buf, ", \"owner\": ");
 	escape_json(&buf, owner);
 	appendStringInfo(&buf, ", \"generation\": " INT64_FORMAT ", \"generation_text\": \"" INT64_FORMAT "\"",
@@ -207,7 +229,7 @@ queue_log_line(const char *event, const char *name, const char *owner,
 	item = palloc0(sizeof(PendingLine));
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "hoplock: lease ");
-	escape_json(&buf, name);
+	slot_name_json(&buf, name);
 	appendStringInfo(&buf, " %s, generation " INT64_FORMAT ", owner ",
 					 event, lease->generation);
 	escape_json(&buf, owner);
@@ -700,6 +722,8 @@ flush_events(void)
 		e->at = event_time(item->event, &item->lease);
 		e->free_at = event_free_at(item->event, &item->lease);
 		events_recorded = true;
+		if (strcmp(item->event, "renewed") != 0)
+			terms_recorded = true;
 		if (hl_shared == NULL)
 			notify_now(item, e->seq);
 	}
@@ -720,7 +744,8 @@ events_ended(void)
 	if (!events_recorded)
 		return;
 	events_recorded = false;
-	hl_wake_event_readers(MyDatabaseId);
+	hl_wake_event_readers(MyDatabaseId, terms_recorded);
+	terms_recorded = false;
 }
 
 /*
@@ -813,7 +838,7 @@ events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		if (seq_published && seq_published_level >= level)
 		{
 			unpublish_seq();
-			hl_wake_event_readers(MyDatabaseId);
+			hl_wake_event_readers(MyDatabaseId, false);
 		}
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)

@@ -131,6 +131,28 @@ hl_insert_index_tuples(ResultRelInfo *rri, TupleTableSlot *slot,
 #endif
 }
 
+/*
+ * The same for a new row, every unique index checked without raising (as
+ * INSERT ... ON CONFLICT with no arbiter checks them): *conflict is set if
+ * one that is not deferrable has a row with the same key (live, or being
+ * inserted or deleted).
+ */
+static inline List *
+hl_insert_index_tuples_nodup(ResultRelInfo *rri, TupleTableSlot *slot,
+							 EState *estate, bool *conflict)
+{
+	*conflict = false;
+#if PG_VERSION_NUM >= 160000
+	return ExecInsertIndexTuples(rri, slot, estate, false, true, conflict,
+								 NIL, false);
+#elif PG_VERSION_NUM >= 140000
+	return ExecInsertIndexTuples(rri, slot, estate, false, true, conflict,
+								 NIL);
+#else
+	return ExecInsertIndexTuples(slot, estate, true, conflict, NIL);
+#endif
+}
+
 /* Queue the AFTER ROW UPDATE triggers of a row updated at "tid". */
 static inline void
 hl_ar_update_triggers(EState *estate, ResultRelInfo *rri, ItemPointer tid,

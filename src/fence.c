@@ -29,6 +29,7 @@
 #include "lease.h"
 #include "refusals.h"
 #include "settings.h"
+#include "slotkey.h"
 #include "storage.h"
 #include "termlock.h"
 #include "wakeup.h"
@@ -86,20 +87,57 @@ note_refusal(text *name, int64 generation, const Lease *cur,
 }
 
 /*
- * Raise 55P03 unless term "generation" of lease "name" holds it now, 42501
- * unless the caller may fence it.  Reads the newest committed version.
- * Returns the term's expires_at.  A refusal because the term is not the
+ * The same for lease "name" with "slots" slots, none of which is at
+ * "generation" any more (its slot has a newer term since): the term is
+ * found in the history, in whichever slot it ran, and counted there.  (Not
+ * counted when the history does not have it: see note_refusal.)
+ */
+static void
+note_slot_refusal(text *name, int slots, int64 generation, HlRefusalKind kind)
+{
+	Lease	   *rows;
+	bool	   *found;
+
+	if (hl_history_size <= 0)
+		return;
+	rows = palloc(slots * sizeof(Lease));
+	found = palloc(slots * sizeof(bool));
+	(void) hl_slot_rows(name, slots, rows, found, NULL, NULL, false);
+	for (int k = 1; k <= slots; k++)
+	{
+		text	   *key = hl_slot_key(name, k);
+		Oid			roleid;
+
+		if (found[k - 1] && rows[k - 1].generation > generation &&
+			hl_history_term_role(key, generation, &roleid))
+		{
+			hl_refusal_note(key, generation, roleid, rows[k - 1].generation,
+							kind);
+			return;
+		}
+	}
+}
+
+/*
+ * Raise 55P03 unless term "generation" of lease "*namep" holds it now,
+ * 42501 unless the caller may fence it.  Reads the newest committed
+ * version.  Of a lease with slots, the term is its slot's of that
+ * generation: *namep becomes that slot's key.  Returns the term's
+ * expires_at.  A refusal because the term is not the
  * lease's running one is a zombie write, counted as "kind" (refusals.c).
  */
 static TimestampTz
-check_fence(text *name, int64 generation, HlRefusalKind kind)
+check_fence(text **namep, int64 generation, HlRefusalKind kind)
 {
+	text	   *name = *namep;
 	HlRelation	rel;
 	LeaseVersion cur;
 	SnapshotData dirty;
 	TimestampTz now;
 	char	   *lease_name;
+	bool		resolved = false;
 
+again:
 	if (!hl_open(HL_REL_LEASE, AccessShareLock, false, &rel))
 		hl_table_busy_error(HL_REL_LEASE);
 
@@ -122,7 +160,33 @@ check_fence(text *name, int64 generation, HlRefusalKind kind)
 	hl_close(&rel, false);
 	now = GetCurrentTimestamp();
 
-	lease_name = text_to_cstring(name);
+	/*
+	 * A lease with slots: the term is one of its slots', the one of that
+	 * generation (slotkey.h); its row is read and locked instead.
+	 */
+	if (cur.found && hl_slot_marker(&cur.lease) > 1 && !resolved)
+	{
+		text	   *key = hl_slot_key_of_generation(name,
+													hl_slot_marker(&cur.lease),
+													generation);
+
+		if (key == NULL)
+		{
+			/* a zombie write, if a slot's term had that generation */
+			note_slot_refusal(name, hl_slot_marker(&cur.lease), generation,
+							  kind);
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("lease \"%s\" is not held by generation " INT64_FORMAT,
+							text_to_cstring(name), generation),
+					 errdetail("None of the lease's slots is at that generation.")));
+		}
+		*namep = name = key;
+		resolved = true;
+		goto again;
+	}
+
+	lease_name = hl_lease_display_name(name);
 	if (!cur.found)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
@@ -176,11 +240,11 @@ fence(text *name, int64 generation, HlRefusalKind kind)
 	/* nor one in a parallel worker: its lock would end with the worker */
 	PreventCommandIfParallelMode("hoplock_fence()");
 
-	expires_at = check_fence(name, generation, kind);
+	expires_at = check_fence(&name, generation, kind);
 	if (!hl_term_trylock(name, ShareLock))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not fence lease \"%s\"", text_to_cstring(name)),
+				 errmsg("could not fence lease \"%s\"", hl_lease_display_name(name)),
 				 errdetail("Another transaction is starting or ending a term of the lease.")));
 	fenced = true;
 	if (!IsTransactionBlock())
@@ -194,7 +258,7 @@ fence(text *name, int64 generation, HlRefusalKind kind)
 	hl_wake_waiters_if_lapsed_at_end(name, expires_at);
 
 	/* the lease may have changed before the lock was had */
-	(void) check_fence(name, generation, kind);
+	(void) check_fence(&name, generation, kind);
 }
 
 void

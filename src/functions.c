@@ -15,6 +15,7 @@
 #include "hoplock.h"
 #include "lease.h"
 #include "session.h"
+#include "slots.h"
 #include "storage.h"
 #include "wait.h"
 
@@ -72,7 +73,7 @@ cas_returning_lease(FunctionCallInfo fcinfo, LeaseRequest *req)
 	Lease		result;
 	bool		found;
 
-	if (hl_lease_cas(req, &result, &found) != LEASE_DONE)
+	if (hl_slots_cas(req, &result, &found) != LEASE_DONE)
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(lease_datum(fcinfo, &result));
 }
@@ -83,10 +84,10 @@ cas_returning_bool(LeaseRequest *req)
 	Lease		result;
 	bool		found;
 
-	PG_RETURN_BOOL(hl_lease_cas(req, &result, &found) == LEASE_DONE);
+	PG_RETURN_BOOL(hl_slots_cas(req, &result, &found) == LEASE_DONE);
 }
 
-/* hoplock_acquire(name, owner, ttl, session_bound) */
+/* hoplock_acquire(name, owner, ttl, session_bound, value, min_hold, slots) */
 Datum
 hoplock_acquire(PG_FUNCTION_ARGS)
 {
@@ -101,6 +102,7 @@ hoplock_acquire(PG_FUNCTION_ARGS)
 	req.session_bound = hl_arg_bool(fcinfo, 3, "session_bound");
 	req.value = hl_arg_value(fcinfo, 4);
 	req.min_hold = hl_arg_min_hold(fcinfo, 5, req.ttl);
+	req.slots = hl_arg_slots(fcinfo, 6, req.name);
 	if (req.session_bound)
 		hl_session_prepare();
 	return cas_returning_lease(fcinfo, &req);
@@ -108,7 +110,7 @@ hoplock_acquire(PG_FUNCTION_ARGS)
 
 /*
  * hoplock_wait(name, owner, ttl, timeout, session_bound, priority, value,
- * preempt)
+ * preempt, min_hold, slots)
  */
 Datum
 hoplock_wait(PG_FUNCTION_ARGS)
@@ -128,6 +130,7 @@ hoplock_wait(PG_FUNCTION_ARGS)
 	req.value = hl_arg_value(fcinfo, 6);
 	req.preempt = hl_arg_bool(fcinfo, 7, "preempt");
 	req.min_hold = hl_arg_min_hold(fcinfo, 8, req.ttl);
+	req.slots = hl_arg_slots(fcinfo, 9, req.name);
 	if (req.session_bound)
 		hl_session_prepare();
 
@@ -274,8 +277,11 @@ hoplock_holder(PG_FUNCTION_ARGS)
 	text	   *name = hl_arg_name(fcinfo, 0, "name");
 	Lease		lease;
 
-	if (!hl_lease_lookup(name, &lease) ||
-		!hl_lease_is_held(&lease, GetCurrentTimestamp()))
+	if (!hl_lease_lookup(name, &lease))
+		PG_RETURN_NULL();
+	/* of a lease with slots, its running term in the lowest slot */
+	if (!hl_lease_is_held(&lease, GetCurrentTimestamp()) &&
+		!hl_slots_holder(name, &lease, &lease))
 		PG_RETURN_NULL();
 	PG_RETURN_DATUM(lease_datum(fcinfo, &lease));
 }

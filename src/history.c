@@ -1,15 +1,26 @@
 /*-------------------------------------------------------------------------
  *
  * history.c
- *		The history of terms, hoplock_internal.history: one row per term,
- *		written when it begins and when it ends (never by a renewal), so
- *		that "who led, and how often does leadership flap?" has an answer
- *		(the events themselves are in the event log, eventlog.c).  The newest
- *		hoplock.history_size terms are kept; the expiry worker drops older
- *		ones that ended -- each in a subtransaction of its own when the
- *		table has triggers (a user's foreign key that references it): a
- *		row that cannot be dropped is reported and left, and the others
- *		are dropped.
+ *		The history of terms, so that "who led, and how often does
+ *		leadership flap?" has an answer (the events themselves are in the
+ *		event log, eventlog.c).  A term that ended has a row in
+ *		hoplock_internal.history, written once, when it ends, in the
+ *		transaction that ends it; a running term is its lease row (state
+ *		'h'), which says all the history would (name, generation, owner,
+ *		role, acquired_at) and is WAL-logged with it: the hoplock_history
+ *		view shows the rows of the ones and the other.  Renewals write
+ *		nothing here.
+ *
+ *		1.1 wrote a running term's row when it began: such a row, kept by
+ *		the upgrade to 1.2 or by a restored 1.1 dump, is updated when its
+ *		term ends, as 1.1 did, and the view shows it in place of the lease
+ *		row.
+ *
+ *		The newest hoplock.history_size terms are kept, the running ones
+ *		counted: the expiry worker drops older ones that ended -- each in a
+ *		subtransaction of its own when the table has triggers (a user's
+ *		foreign key that references it): a row that cannot be dropped is
+ *		reported and left, and the others are dropped.
  *
  *		Rows are written directly (rowwrite.c), in the transaction of the
  *		change they record, under the lease row's compare-and-swap: two
@@ -25,6 +36,7 @@
 #include "settings.h"
 #include "shmem.h"
 #include "storage.h"
+#include "subxact.h"
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
@@ -41,6 +53,11 @@
 #include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+
+/* Columns of hoplock_internal.lease that the trimming reads */
+#define Anum_lease_name			1
+#define Anum_lease_state		2
+#define Anum_lease_generation	5
 
 /* Columns of hoplock_internal.history */
 enum
@@ -130,10 +147,14 @@ hl_history_unlock(bool changed)
 	locked_seq = InvalidOid;
 }
 
-/* The row of term (name, generation), as the dirty snapshot sees it. */
+/*
+ * The row of term (name, generation), as the dirty snapshot sees it.  If
+ * "xwait" is not NULL, it is set to the transaction inserting or deleting
+ * that row, if one is in progress (InvalidTransactionId if none).
+ */
 static bool
 fetch_term(HlRelation *rel, text *name, int64 generation, ItemPointer tid,
-		   TupleTableSlot *slot)
+		   TupleTableSlot *slot, TransactionId *xwait)
 {
 	ScanKeyData keys[2];
 	IndexScanDesc scan;
@@ -153,6 +174,9 @@ fetch_term(HlRelation *rel, text *name, int64 generation, ItemPointer tid,
 		*tid = slot->tts_tid;
 		slot_getallattrs(slot);
 	}
+	if (xwait != NULL)
+		*xwait = !found ? InvalidTransactionId :
+			TransactionIdIsValid(dirty.xmin) ? dirty.xmin : dirty.xmax;
 	index_endscan(scan);
 	return found;
 }
@@ -174,7 +198,7 @@ hl_history_term_role(text *name, int64 generation, Oid *roleid)
 	if (!hl_open(HL_REL_HISTORY, AccessShareLock, false, &rel))
 		return false;
 	slot = table_slot_create(rel.heap, NULL);
-	found = fetch_term(&rel, name, generation, &tid, slot) &&
+	found = fetch_term(&rel, name, generation, &tid, slot, NULL) &&
 		!slot->tts_isnull[Anum_history_role - 1];
 	if (found)
 		*roleid = get_role_oid(NameStr(*DatumGetName(slot->tts_values[Anum_history_role - 1])),
@@ -185,53 +209,32 @@ hl_history_term_role(text *name, int64 generation, Oid *roleid)
 }
 
 /*
- * A term began: its row.  (begin_seq and end_seq held 1.1's event numbers;
- * 1.2's events are in the event log, numbered when they commit: 0 and
- * NULL here.)
- */
-void
-hl_history_begin(const Lease *term)
-{
-	HlRelation	rel;
-	Datum		values[Natts_history];
-	bool		nulls[Natts_history] = {0};
-
-	if (hl_history_size <= 0)
-		return;
-	open_history(&rel);
-	values[Anum_history_name - 1] = PointerGetDatum(term->name);
-	values[Anum_history_generation - 1] = Int64GetDatum(term->generation);
-	values[Anum_history_owner - 1] = PointerGetDatum(term->owner);
-	values[Anum_history_role - 1] = NameGetDatum(&term->owner_role);
-	values[Anum_history_acquired_at - 1] = TimestampTzGetDatum(term->acquired_at);
-	values[Anum_history_begin_seq - 1] = Int64GetDatum(0);
-	nulls[Anum_history_ended_at - 1] = true;
-	nulls[Anum_history_end_seq - 1] = true;
-	nulls[Anum_history_how - 1] = true;
-	hl_row_insert(&rel, heap_form_tuple(RelationGetDescr(rel.heap), values, nulls));
-	CommandCounterIncrement();
-	hl_close(&rel, true);
-}
-
-/*
  * A term ended, at "ended_at", "how" (released, expired, force-released,
- * session ended, taken over, deleted, written over).  A term whose row is
- * gone (beyond hoplock.history_size, or begun before the history existed)
- * gets one now.
+ * session ended, taken over, deleted, written over): its row.  (begin_seq
+ * and end_seq held 1.1's event numbers; 1.2's events are in the event log,
+ * numbered when they commit: 0 and NULL here.)  The common case is one
+ * insert, whose primary key check finds no row of the term; a row that
+ * 1.1 wrote when the term began is updated instead.
+ *
+ * As INSERT ... ON CONFLICT (name, generation) DO UPDATE would: a row of
+ * the term that another transaction is inserting or deleting is waited
+ * for, then looked for again; a conflict in another unique index (a
+ * user's own, or one REINDEX CONCURRENTLY is building) with no row of the
+ * term is raised as INSERT raises it.
  */
 void
 hl_history_end(const Lease *term, TimestampTz ended_at, const char *how)
 {
 	HlRelation	rel;
-	TupleTableSlot *slot;
-	ItemPointerData tid;
+	TupleDesc	desc;
+	TupleTableSlot *slot = NULL;
 	Datum		values[Natts_history];
 	bool		nulls[Natts_history] = {0};
 
 	if (hl_history_size <= 0)
 		return;
 	open_history(&rel);
-	slot = table_slot_create(rel.heap, NULL);
+	desc = RelationGetDescr(rel.heap);
 	values[Anum_history_name - 1] = PointerGetDatum(term->name);
 	values[Anum_history_generation - 1] = Int64GetDatum(term->generation);
 	values[Anum_history_owner - 1] = PointerGetDatum(term->owner);
@@ -242,12 +245,29 @@ hl_history_end(const Lease *term, TimestampTz ended_at, const char *how)
 	nulls[Anum_history_end_seq - 1] = true;
 	values[Anum_history_how - 1] = CStringGetTextDatum(how);
 
-	if (fetch_term(&rel, term->name, term->generation, &tid, slot))
+	while (!hl_row_insert_new(&rel, heap_form_tuple(desc, values, nulls)))
 	{
-		TM_Result	tm;
+		ItemPointerData tid;
+		TransactionId xwait;
 
 		static const int kept[] = {Anum_history_owner, Anum_history_role,
 		Anum_history_acquired_at, Anum_history_begin_seq};
+
+		if (slot == NULL)
+			slot = table_slot_create(rel.heap, NULL);
+		if (!fetch_term(&rel, term->name, term->generation, &tid, slot,
+						&xwait))
+		{
+			/* no row of the term: raise (or not) as INSERT would */
+			hl_row_insert(&rel, heap_form_tuple(desc, values, nulls));
+			break;
+		}
+		if (TransactionIdIsValid(xwait))
+		{
+			/* another transaction's row: wait for it, and look again */
+			XactLockTableWait(xwait, rel.heap, &tid, XLTW_InsertIndex);
+			continue;
+		}
 
 		/* keep what the row says of the term's beginning, if it says it */
 		for (size_t i = 0; i < lengthof(kept); i++)
@@ -255,17 +275,28 @@ hl_history_end(const Lease *term, TimestampTz ended_at, const char *how)
 			if (!slot->tts_isnull[kept[i] - 1])
 				values[kept[i] - 1] = slot->tts_values[kept[i] - 1];
 		}
-		tm = hl_row_update(&rel, &tid,
-						   heap_form_tuple(RelationGetDescr(rel.heap), values, nulls));
-		if (tm != TM_Ok)
-			elog(ERROR, "could not record the end of term " INT64_FORMAT " of lease \"%s\" (result %d)",
-				 term->generation, text_to_cstring(term->name), (int) tm);
+		if (hl_row_update(&rel, &tid, heap_form_tuple(desc, values, nulls)) != TM_Ok)
+			elog(ERROR, "could not record the end of term " INT64_FORMAT " of lease \"%s\"",
+				 term->generation, text_to_cstring(term->name));
+		break;
 	}
-	else
-		hl_row_insert(&rel, heap_form_tuple(RelationGetDescr(rel.heap), values, nulls));
+	if (slot != NULL)
+		ExecDropSingleTupleTableSlot(slot);
 	CommandCounterIncrement();
-	ExecDropSingleTupleTableSlot(slot);
 	hl_close(&rel, true);
+}
+
+/*
+ * hoplock_internal.history_kept(): is a history kept (hoplock.history_size
+ * above 0)?  The hoplock_history view shows the running terms, from the
+ * lease rows, only then: with no history kept, there is none of them either.
+ */
+PG_FUNCTION_INFO_V1(hoplock_history_kept);
+
+Datum
+hoplock_history_kept(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(hl_history_size > 0);
 }
 
 /* A row of the history, as hl_history_prune sorts them */
@@ -341,12 +372,7 @@ delete_isolated(HlRelation *rel, ItemPointer tid)
 	{
 		ErrorData  *edata;
 
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
+		edata = hl_subxact_caught(context, owner);
 		report_unprunable(tid, edata);
 		FreeErrorData(edata);
 		done = false;
@@ -355,25 +381,121 @@ delete_isolated(HlRelation *rel, ItemPointer tid)
 	return done;
 }
 
+/* A running term's row that 1.1 wrote, as count_running looks for it */
+typedef struct LegacyRow
+{
+	int64		generation;
+	char	   *name;
+} LegacyRow;
+
+static int
+compare_legacy(const void *a, const void *b)
+{
+	const LegacyRow *la = (const LegacyRow *) a;
+	const LegacyRow *lb = (const LegacyRow *) b;
+
+	if (la->generation != lb->generation)
+		return (la->generation > lb->generation) ? 1 : -1;
+	return strcmp(la->name, lb->name);
+}
+
+/*
+ * How many running terms the lease table has (its rows in state 'h'), but
+ * for those that have a row in the history already: the "nlegacy" rows of
+ * "legacy" (sorted), which 1.1 wrote as their terms began.  -1 if the
+ * table is locked (maintenance).
+ *
+ * The trimming needs the count only up to a point, and not at all while
+ * the table cannot hold more than "room" rows (what its pages could hold,
+ * every row a running term): then 0, the trimming's decision the same.
+ * Counting stops at "enough".
+ */
+static int64
+count_running(LegacyRow *legacy, int nlegacy, int64 room, int64 enough)
+{
+	HlRelation	rel;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	int64		running = 0;
+
+	if (enough <= 0)
+		return 0;
+	if (!hl_open(HL_REL_LEASE, AccessShareLock, false, &rel))
+		return -1;
+	if ((int64) RelationGetNumberOfBlocks(rel.heap) * MaxHeapTuplesPerPage <= room)
+	{
+		hl_close(&rel, false);
+		return 0;
+	}
+	slot = table_slot_create(rel.heap, NULL);
+	scan = table_beginscan(rel.heap, GetActiveSnapshot(), 0, NULL);
+	while (running < enough &&
+		   table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		d;
+
+		CHECK_FOR_INTERRUPTS();
+		d = slot_getattr(slot, Anum_lease_state, &isnull);
+		if (isnull || DatumGetChar(d) != LEASE_STATE_HELD)
+			continue;
+		if (nlegacy > 0)
+		{
+			LegacyRow	key;
+			bool		name_null;
+			bool		found;
+
+			d = slot_getattr(slot, Anum_lease_generation, &isnull);
+			key.generation = isnull ? 0 : DatumGetInt64(d);
+			d = slot_getattr(slot, Anum_lease_name, &name_null);
+			if (isnull || name_null)
+				continue;
+			key.name = TextDatumGetCString(d);
+			found = bsearch(&key, legacy, nlegacy, sizeof(LegacyRow),
+							compare_legacy) != NULL;
+			pfree(key.name);
+			if (found)
+				continue;
+		}
+		running++;
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	hl_close(&rel, false);
+	return running;
+}
+
 /*
  * The expiry worker: drop the oldest ended terms beyond
- * hoplock.history_size, at most "batch" of them.  Returns how many.  When
- * the table has triggers, whose errors could stop the trimming for good,
- * each row is dropped in a subtransaction of its own (delete_isolated).
+ * hoplock.history_size, the running ones counted, at most "batch" of them.
+ * Returns how many, and sets *left if a row it would have dropped could not
+ * be (or a table was busy).  When the table has triggers, whose errors
+ * could stop the trimming for good, each row is dropped in a subtransaction
+ * of its own (delete_isolated).
  */
 int
-hl_history_prune(int batch)
+hl_history_prune(int batch, bool *left)
 {
 	HlRelation	rel;
 	TableScanDesc scan;
 	TupleTableSlot *slot;
 	HistoryRow *rows;
+	LegacyRow  *legacy = NULL;
 	int			nrows = 0;
 	int			maxrows = 1024;
+	int			nended = 0;
+	int			nlegacy = 0;
+	int			maxlegacy = 0;
+	int64		total;
+	int64		running = 0;
 	int			dropped = 0;
 
+	*left = false;
 	if (!hl_open(HL_REL_HISTORY, RowExclusiveLock, false, &rel))
+	{
+		*left = true;
 		return 0;
+	}
 	rows = palloc(maxrows * sizeof(HistoryRow));
 	slot = table_slot_create(rel.heap, NULL);
 	scan = table_beginscan(rel.heap, GetActiveSnapshot(), 0, NULL);
@@ -393,13 +515,54 @@ hl_history_prune(int batch)
 		rows[nrows].ended_at = isnull ? DT_NOEND : DatumGetTimestampTz(d);
 		rows[nrows].tid = slot->tts_tid;
 		nrows++;
+		if (!isnull)
+			nended++;
+		else
+		{
+			/* a running term's row from 1.1: its lease row is not counted */
+			bool		name_null;
+			bool		gen_null;
+			Datum		name = slot_getattr(slot, Anum_history_name, &name_null);
+			Datum		gen = slot_getattr(slot, Anum_history_generation, &gen_null);
+
+			if (name_null || gen_null)
+				continue;
+			if (nlegacy == maxlegacy)
+			{
+				maxlegacy = Max(16, maxlegacy * 2);
+				legacy = legacy == NULL ?
+					palloc(maxlegacy * sizeof(LegacyRow)) :
+					repalloc_huge(legacy, (Size) maxlegacy * sizeof(LegacyRow));
+			}
+			legacy[nlegacy].generation = DatumGetInt64(gen);
+			legacy[nlegacy].name = TextDatumGetCString(name);
+			nlegacy++;
+		}
 	}
 	table_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 
-	if (nrows > hl_history_size)
+	/*
+	 * The running terms count too, read from the lease rows: as many as
+	 * decide how many ended terms go, none while they cannot make the
+	 * terms more than hoplock.history_size.
+	 */
+	if (nended > 0)
 	{
-		int			excess = nrows - hl_history_size;
+		int64		room = (int64) hl_history_size - nrows;
+
+		if (nlegacy > 1)
+			qsort(legacy, nlegacy, sizeof(LegacyRow), compare_legacy);
+		running = count_running(legacy, nlegacy, room,
+								room + Min(nended, batch));
+	}
+	total = nrows + running;
+	if (running < 0)
+		*left = true;			/* the lease table was busy: try again */
+
+	if (running >= 0 && total > hl_history_size)
+	{
+		int64		excess = total - hl_history_size;
 		bool		isolate = hl_table_has_after_triggers(&rel);
 
 		qsort(rows, nrows, sizeof(HistoryRow), compare_rows);
@@ -410,6 +573,8 @@ hl_history_prune(int batch)
 			if (isolate ? delete_isolated(&rel, &rows[i].tid) :
 				hl_row_delete(&rel, &rows[i].tid) == TM_Ok)
 				dropped++;
+			else
+				*left = true;
 			excess--;
 		}
 	}

@@ -68,10 +68,21 @@ typedef struct Lease
 	TimestampTz hold_until;		/* min_hold: a running term's, or a
 								 * released one's until the worker
 								 * announces its end; 0: none */
+	int64		keepalive;		/* the owner keepalive the running term
+								 * takes its expiry from (keepalive.c); 0:
+								 * none, the row's own expires_at;
+								 * negative: minus the keepalive the term
+								 * left (attach.c), its own expires_at */
+	int64		keepalive_version;	/* that keepalive's version, part of the
+									 * handle; 0: not attached */
+	TransactionId changing;		/* set by the scans of store.c only: another
+								 * transaction, running or committed since
+								 * the snapshot, has updated or deleted the
+								 * row version read */
 } Lease;
 
 /* Longest handle text, including the terminating NUL. */
-#define LEASE_HANDLE_LEN	48
+#define LEASE_HANDLE_LEN	72
 
 /* The term is running right now (clock before expires_at). */
 static inline bool

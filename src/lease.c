@@ -57,9 +57,12 @@
 #include "floor.h"
 #include "history.h"
 #include "hoplock.h"
+#include "keepalive.h"
 #include "lease.h"
 #include "settings.h"
 #include "shmem.h"
+#include "slotforget.h"
+#include "slotkey.h"
 #include "storage.h"
 #include "termlock.h"
 #include "wakeup.h"
@@ -93,7 +96,9 @@ typedef enum LeaseAction
 	ACTION_HANDOFF,				/* end the term, begin a candidate's */
 	ACTION_PROCLAIM,			/* same term, a new value */
 	ACTION_STEP_DOWN,			/* same term, a step-down asked of it */
-	ACTION_END_HOLD				/* a released term's hold is over: say so */
+	ACTION_END_HOLD,			/* a released term's hold is over: say so */
+	ACTION_MARK_SLOTS,			/* record the name's slots (slotkey.h) */
+	ACTION_ATTACH				/* same term, its expiry its keepalive's */
 } LeaseAction;
 
 /* ---------------------------------------------------------------------
@@ -160,36 +165,48 @@ current_role_name(void)
  * and by name: a role dropped and created again under the same name has
  * another OID, and an OID that a restore into another cluster carried over
  * names whatever role has it there, most likely under another name.  When
- * the two disagree, only a superuser may.
+ * the two disagree, only a superuser may.  Returns whether the current
+ * role may; if not, *gone says whether the term's role is gone (or
+ * another), rather than one the current role lacks the privileges of.
  */
-void
-hl_check_term_role(const Lease *lease)
+static bool
+is_term_role(const Lease *lease, bool *gone)
 {
 	Oid			role = lease->owner_roleid;
 	char	   *rolname;
 
+	*gone = false;
 	if (role == GetUserId() &&
 		namestrcmp((Name) current_role_name(), NameStr(lease->owner_role)) == 0)
-		return;
+		return true;
 	if (superuser())
-		return;
+		return true;
 
 	rolname = OidIsValid(role) ? GetUserNameFromId(role, true) : NULL;
 	if (rolname != NULL && strcmp(rolname, NameStr(lease->owner_role)) == 0)
-	{
-		if (has_privs_of_role(GetUserId(), role))
-			return;
+		return has_privs_of_role(GetUserId(), role);
+	*gone = true;
+	return false;
+}
+
+void
+hl_check_term_role(const Lease *lease)
+{
+	bool		gone;
+
+	if (is_term_role(lease, &gone))
+		return;
+	if (!gone)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for lease \"%s\"",
-						text_to_cstring(lease->name)),
+						hl_lease_display_name(lease->name)),
 				 errdetail("Only members of role \"%s\", which began the current term, may change or fence it.",
 						   NameStr(lease->owner_role))));
-	}
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for lease \"%s\"",
-					text_to_cstring(lease->name)),
+					hl_lease_display_name(lease->name)),
 			 errdetail("Role \"%s\", which began the current term, no longer exists; only a superuser may change or fence it.",
 					   NameStr(lease->owner_role))));
 }
@@ -215,15 +232,20 @@ hl_prevent_write(const char *fn)
  * standbys, is left as it is.  (Nor for the terms a session ends on its
  * way out, which must not wait for a standby.)
  */
-static void
-commit_durably(const LeaseRequest *req)
+void
+hl_commit_durably(bool wait_for_standbys)
 {
 	ForceSyncCommit();
-	if (synchronous_commit == SYNCHRONOUS_COMMIT_OFF &&
-		req->op != LEASE_OP_SESSION_END)
+	if (synchronous_commit == SYNCHRONOUS_COMMIT_OFF && wait_for_standbys)
 		(void) set_config_option("synchronous_commit", "on",
 								 PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+static void
+commit_durably(const LeaseRequest *req)
+{
+	hl_commit_durably(req->op != LEASE_OP_SESSION_END);
 }
 
 /*
@@ -261,7 +283,7 @@ fetch_for_update(HlRelation *rel, text *name, ItemPointer last,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to concurrent update"),
 					 errdetail("Lease \"%s\" was changed by a transaction that committed after this one began.",
-							   text_to_cstring(name))));
+							   hl_lease_display_name(name))));
 	}
 	else if (last == NULL || !hl_store_refetch(rel, name, last, version))
 		hl_store_fetch(rel, name, &dirty, version);
@@ -277,15 +299,19 @@ static TimestampTz end_of_term(const Lease *cur, TimestampTz now);
 /*
  * Does the hold of a term released early (min_hold) keep the name from
  * this caller?  From every owner but the term's, and from the term's owner
- * in a role without the privileges of the term's role.
+ * in a role that may not change the term's (is_term_role: the role must
+ * be the one that began it by OID and by name, as after a restore into
+ * another cluster the OID may be another role's).
  */
 static bool
 kept_by_hold(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 {
+	bool		gone;
+
 	if (!hl_lease_in_hold(cur, now))
 		return false;
 	return !(hl_text_equal(cur->owner, req->owner) &&
-			 has_privs_of_role(GetUserId(), cur->owner_roleid));
+			 is_term_role(cur, &gone));
 }
 
 /*
@@ -392,6 +418,20 @@ decide(const LeaseRequest *req, const Lease *cur, TimestampTz now)
 
 		case LEASE_OP_STEP_DOWN:
 			return held ? ACTION_STEP_DOWN : ACTION_NONE;
+
+		case LEASE_OP_SLOTS:
+			/* check_slots() let it through: no term runs */
+			return ACTION_MARK_SLOTS;
+		case LEASE_OP_ATTACH:
+			/*
+			 * A term attached to another keepalive stays with it, unless
+			 * it is moved from that one (hoplock_renew_all, from a
+			 * keepalive that is not the caller's by name).
+			 */
+			return term_ok && (cur->keepalive <= 0 ||
+							   cur->keepalive == req->keepalive_from) &&
+				req->keepalive_expires > cur->acquired_at ?
+				ACTION_ATTACH : ACTION_NONE;
 	}
 	pg_unreachable();
 }
@@ -492,7 +532,7 @@ check_action_privileges(const LeaseRequest *req, LeaseAction action,
 {
 	if (req->op == LEASE_OP_FORCE_RELEASE || req->op == LEASE_OP_EXPIRE ||
 		req->op == LEASE_OP_SESSION_END || req->op == LEASE_OP_ABANDONED ||
-		req->op == LEASE_OP_STEP_DOWN)
+		req->op == LEASE_OP_STEP_DOWN || req->op == LEASE_OP_SLOTS)
 		return;
 	if (action == ACTION_EXTEND || hl_lease_is_held(cur, now))
 		hl_check_term_role(cur);
@@ -566,6 +606,50 @@ ended_row(const Lease *cur, char state, Lease *new)
 	new->handed_pid = 0;
 	new->handed_start = 0;
 	new->hold_until = 0;
+	new->keepalive = 0;
+	new->keepalive_version = 0;
+}
+
+/*
+ * Attach new term "new" to its (role, owner)'s running keepalive, if it has
+ * one: it runs until the keepalive's expires_at from now on, and the next
+ * hoplock_renew_all renews it.  Looked up only when the database may have
+ * a keepalive (attach.c), after the transaction has its id.  A term with a
+ * hold past the keepalive's expiry, or beginning at or after it, stays on
+ * its own, with minus the keepalive's id (the owner's next renew_all
+ * attaches it, having moved the keepalive past the term's beginning).  Returns false
+ * when a keepalive of the owner is being begun or renewed by a transaction
+ * in flight: contention.
+ */
+static bool
+attach_new_term(Lease *new)
+{
+	Keepalive	k;
+	int			found;
+
+	(void) GetCurrentTransactionId();
+	if (!hl_keepalives_maybe())
+		return true;
+	found = hl_keepalive_live(new->owner_roleid, new->owner, &k);
+	if (found < 0)
+		return false;
+	if (found == 0)
+		return true;
+	/*
+	 * Nor does a term that begins at or after the keepalive's expiry (a
+	 * term begun ahead of the clock, after it stepped back): its expiry
+	 * is never before its beginning.
+	 */
+	if (new->hold_until > k.expires_at || k.expires_at <= new->acquired_at)
+	{
+		new->keepalive = -k.id; /* (found by the next renew_all) */
+		return true;
+	}
+	new->keepalive = k.id;
+	new->keepalive_version = k.version;
+	new->renewed_at = Max(new->renewed_at, k.renewed_at);
+	new->expires_at = k.expires_at;
+	return true;
 }
 
 /*
@@ -594,6 +678,20 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			/* a handed term extended by its owner is taken */
 			new->handed_pid = 0;
 			new->handed_start = 0;
+			/* ... and one renewed by itself leaves its keepalive (minus
+			 * its id: the owner's next renew_all finds it) */
+			new->keepalive = cur->keepalive > 0 ? -cur->keepalive :
+				cur->keepalive;
+			new->keepalive_version = 0;
+			break;
+
+		case ACTION_ATTACH:
+			*new = *cur;
+			new->renewed_at = Max(now, Max(cur->renewed_at, cur->acquired_at));
+			new->keepalive = req->keepalive;
+			new->keepalive_version = req->keepalive_version;
+			/* (read from the keepalive from now on) */
+			new->expires_at = req->keepalive_expires;
 			break;
 
 		case ACTION_PROCLAIM:
@@ -617,6 +715,11 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 
 				memset(new, 0, sizeof(Lease));
 				if (!hl_next_generation(cur, now, &new->generation, busy))
+					return false;
+				/* a slot's: above the name's other slots' too */
+				if (new->generation <= req->generation_after &&
+					!hl_mint(req->generation_after, now, &new->generation,
+							 busy))
 					return false;
 				new->name = req->name;
 				new->owner = req->owner;
@@ -682,6 +785,26 @@ build_new_row(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			ended_row(cur, LEASE_STATE_EXPIRED, new);
 			break;
 
+		case ACTION_MARK_SLOTS:
+			/* a released row: its generation stays the name's last */
+			if (cur != NULL)
+				ended_row(cur, LEASE_STATE_RELEASED, new);
+			else
+			{
+				memset(new, 0, sizeof(Lease));
+				if (!hl_next_generation(NULL, now, &new->generation, busy))
+					return false;
+				new->name = req->name;
+				new->state = LEASE_STATE_RELEASED;
+				new->acquired_at = now;
+				new->renewed_at = now;
+				new->expires_at = now;
+			}
+			new->owner = hl_slot_marker_owner(req->slots);
+			new->owner_role = *current_role_name();
+			new->owner_roleid = GetUserId();
+			break;
+
 		default:
 			elog(ERROR, "lease action %d writes nothing", (int) action);
 	}
@@ -728,6 +851,9 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 				hl_post_deadline_at_commit(written->name, written->expires_at);
 				hl_wake_waiters_at_end(written->name);
 			}
+			/* a term that leaves its keepalive is the worker's to schedule */
+			else if (cur->keepalive > 0)
+				hl_post_deadline_at_commit(written->name, written->expires_at);
 			break;
 		case ACTION_NEW_TERM:
 			if (cur != NULL)
@@ -736,7 +862,6 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			if (hl_hold_pending(cur) && now >= cur->hold_until)
 				announce_hold_end(cur, now);
 			hl_event("acquired", written);
-			hl_history_begin(written);
 			hl_count(HL_COUNT_TERMS_BEGUN);
 			hl_post_deadline_at_commit(written->name, written->expires_at);
 			break;
@@ -748,6 +873,9 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			break;
 		case ACTION_END_HOLD:
 			announce_hold_end(cur, now);
+			/* the operator's override, ending a hold, is counted as one */
+			if (req->op == LEASE_OP_FORCE_RELEASE)
+				hl_count(HL_COUNT_FORCE_RELEASES);
 			hl_wake_waiters_at_end(written->name);
 			break;
 		case ACTION_ANNOUNCE_EXPIRY:
@@ -773,7 +901,6 @@ after_write(const LeaseRequest *req, LeaseAction action, const Lease *cur,
 			hl_post_handed_at_commit(written->name, written->generation,
 									 written->expires_at);
 			hl_event("acquired", written);
-			hl_history_begin(written);
 			hl_count(HL_COUNT_TERMS_BEGUN);
 			hl_post_deadline_at_commit(written->name, written->expires_at);
 			break;
@@ -908,7 +1035,7 @@ cas_open(const LeaseRequest *req, CasState *st)
 			return false;
 		hl_table_busy_error(HL_REL_LEASE);
 	}
-	if (req->op != LEASE_OP_RENEW)
+	if (req->op != LEASE_OP_RENEW && req->op != LEASE_OP_ATTACH)
 	{
 		if (!hl_history_lock())
 		{
@@ -976,6 +1103,101 @@ write_row(CasState *st, LeaseAction action, LeaseVersion *cur,
 }
 
 /*
+ * New term "written", just written attached to its owner's keepalive, is
+ * told the keepalive's expiry as it read it (attach_new_term).  A
+ * renewal of the keepalive since -- in flight, or committed -- may have
+ * moved that earlier without seeing this term, which it cannot while
+ * this transaction runs.  Then the term leaves the keepalive at once
+ * (minus its id: the owner's next hoplock_renew_all attaches it again)
+ * and runs on the expiry it is told.  A renewal that writes the
+ * keepalive after this looks finds the term joining it
+ * (hl_store_keepalive_joining) and does not move the expiry earlier.
+ */
+static void
+keep_told_expiry(CasState *st, Lease *written)
+{
+	HlRelation	rel;
+	SnapshotData dirty;
+	Keepalive	k;
+	LeaseVersion own;
+	bool		changed = true;
+
+	if (hl_open(HL_REL_KEEPALIVE, AccessShareLock, false, &rel))
+	{
+		InitDirtySnapshot(dirty);
+		hl_keepalive_fetch(&rel, written->keepalive, &dirty, &k);
+		hl_close(&rel, false);
+		changed = !k.found || k.version != written->keepalive_version ||
+			(TransactionIdIsValid(k.inflight) &&
+			 !TransactionIdIsCurrentTransactionId(k.inflight));
+	}
+	if (!changed)
+		return;
+
+	InitDirtySnapshot(dirty);
+	hl_store_fetch(&st->rel, written->name, &dirty, &own);
+	if (!own.found)
+		elog(ERROR, "could not find the term just written");
+	written->keepalive = -written->keepalive;
+	written->keepalive_version = 0;
+	if (hl_store_update(&st->rel, &own.tid, written) != TM_Ok)
+		elog(ERROR, "could not take a new term off its keepalive");
+	hl_version_release(&own);
+}
+
+/*
+ * Running term "cur", attached to a keepalive, has just been ended by this
+ * transaction ("written": its row as written).  A renewal of the
+ * keepalive (hoplock_renew_all) in flight may have read the term before
+ * this write, and will report it renewed: if this end committed first,
+ * the term's "renewed" would follow its end.  A renewal that scans after
+ * this write finds the row being changed and waits for it (renewall.c);
+ * one that wrote the keepalive before this look is found here, waited
+ * for (bounded, as an acquire waits for a lapsed term's row), and if it
+ * still runs then, this end is undone -- the row written back as read --
+ * and the call is contended.  Returns whether the end stands.
+ */
+static bool
+end_after_renewal(CasState *st, const Lease *cur, const Lease *written)
+{
+	HlRelation	rel;
+	SnapshotData dirty;
+	Keepalive	k;
+	LeaseVersion own;
+	Lease		back;
+
+	if (cur->keepalive <= 0 || cur->state != LEASE_STATE_HELD)
+		return true;
+	if (!hl_open(HL_REL_KEEPALIVE, AccessShareLock, false, &rel))
+		return true;			/* (locked: no renewal can write it) */
+	InitDirtySnapshot(dirty);
+	hl_keepalive_fetch(&rel, cur->keepalive, &dirty, &k);
+	hl_close(&rel, false);
+	if (!k.found || !TransactionIdIsValid(k.inflight) ||
+		TransactionIdIsCurrentTransactionId(k.inflight))
+		return true;
+	for (int polls = 0; TransactionIdIsInProgress(k.inflight); polls++)
+	{
+		if (polls >= ANNOUNCE_WAIT_POLLS)
+		{
+			/* still running: undo this end */
+			InitDirtySnapshot(dirty);
+			hl_store_fetch(&st->rel, written->name, &dirty, &own);
+			if (!own.found)
+				elog(ERROR, "could not find the term just written");
+			back = *cur;
+			if (hl_store_update(&st->rel, &own.tid, &back) != TM_Ok)
+				elog(ERROR, "could not write back a term being renewed");
+			hl_version_release(&own);
+			return false;
+		}
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(1000L);
+	}
+	return true;
+}
+
+/*
  * The write found the row changed since it was read (TM_BeingModified:
  * another transaction is changing it; TM_Updated, TM_Deleted: a newer
  * version committed).
@@ -996,11 +1218,12 @@ write_conflict(const LeaseRequest *req, CasState *st, TM_Result tm,
 		 * owner's).  A renewal's NULL would tell its holder that the term
 		 * is no longer its own: it is, so say the row is busy.
 		 */
-		if (req->op == LEASE_OP_RENEW && !TransactionIdIsValid(cur->inflight))
+		if ((req->op == LEASE_OP_RENEW || req->op == LEASE_OP_ATTACH) &&
+			!TransactionIdIsValid(cur->inflight))
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("could not renew lease \"%s\": its row is locked by another transaction",
-							text_to_cstring(req->name)),
+							hl_lease_display_name(req->name)),
 					 errdetail("A transaction holds FOR SHARE or FOR UPDATE on the lease's row."),
 					 errhint("The term is still yours: renew it again.")));
 		return LEASE_CONTENDED;
@@ -1017,6 +1240,62 @@ write_conflict(const LeaseRequest *req, CasState *st, TM_Result tm,
 	elog(ERROR, "unexpected result %d updating lease \"%s\"",
 		 (int) tm, text_to_cstring(req->name));
 	return LEASE_CONTENDED;		/* keep the compiler quiet */
+}
+
+/*
+ * Does the row "cur" of the name a request is for say that the name has
+ * slots, or the request that it should?  Every caller of a name in use
+ * must give the same number of slots (none: 1): raises 22023 if this one
+ * does not.  Returns -1 to go on; otherwise the outcome: LEASE_SLOTTED
+ * for a call about the term of an owner (or all terms) of a name with
+ * slots, which slots.c makes again for the slot, and for a call that
+ * would begin or end a term of the name itself (acquire, write, delete),
+ * which slots.c judges: a name whose slots are all free may be taken
+ * without slots; for LEASE_OP_SLOTS, LEASE_REFUSED if the name records
+ * that number already (nothing to write), contention if a term lapsed or
+ * a hold is still to be announced.
+ */
+static int
+check_slots(const LeaseRequest *req, const Lease *cur, TimestampTz now)
+{
+	int			have = hl_slot_marker(cur);
+	int			want = Max(req->slots, 1);
+
+	if (req->op == LEASE_OP_SLOTS)
+	{
+		if (have == want)
+			return LEASE_REFUSED;
+		if (have == 0 && cur != NULL && hl_lease_is_held(cur, now))
+			have = 1;
+		else if (have == 0 && cur != NULL &&
+				 (cur->state == LEASE_STATE_HELD || hl_hold_pending(cur)))
+			return LEASE_CONTENDED;
+		else if (have == 0)
+			return -1;
+	}
+	else if (have <= 1)
+		return -1;
+	else
+	{
+		switch (req->op)
+		{
+			case LEASE_OP_RENEW:
+			case LEASE_OP_RELEASE:
+			case LEASE_OP_HANDOFF:
+			case LEASE_OP_PROCLAIM:
+			case LEASE_OP_FORCE_RELEASE:
+			case LEASE_OP_STEP_DOWN:
+			case LEASE_OP_ACQUIRE:
+			case LEASE_OP_WRITE:
+			case LEASE_OP_DELETE:
+				return LEASE_SLOTTED;
+			default:
+				/* the marker has no term: nothing to expire or end */
+				return -1;
+		}
+	}
+	hl_slots_mismatch(req->name, have, want);
+	return -1;					/* keep the compiler quiet */
 }
 
 /*
@@ -1050,6 +1329,17 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 
 	/* the clock at the moment of the decision, after the fetch */
 	now = GetCurrentTimestamp();
+
+	/* a look at a slot the owner's term may be in (slots.c): it, or none */
+	if (req->owners_term_only &&
+		(TransactionIdIsValid(cur.inflight) || curp == NULL ||
+		 !hl_text_equal(curp->owner, req->owner) ||
+		 (req->generation != 0 && curp->generation != req->generation) ||
+		 !hl_lease_is_held(curp, now)))
+	{
+		hl_version_release(&cur);
+		return LEASE_REFUSED;
+	}
 	if (TransactionIdIsValid(cur.inflight))
 	{
 		if (wait_for_announcement(req, curp, now, &st->polls))
@@ -1060,7 +1350,16 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 		action = ACTION_HELD_ELSEWHERE;
 	}
 	else
+	{
+		int			slotted = check_slots(req, curp, now);
+
+		if (slotted >= 0)
+		{
+			hl_version_release(&cur);
+			return slotted;
+		}
 		action = decide(req, curp, now);
+	}
 
 	/*
 	 * A free lease goes to its first candidate, if it has any.  (Not a
@@ -1082,7 +1381,8 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	check_action_privileges(req, action, curp, now);
 
 	if ((action == ACTION_NEW_TERM || action == ACTION_END_TERM ||
-		 action == ACTION_HANDOFF) && !st->term_locked)
+		 action == ACTION_HANDOFF || action == ACTION_MARK_SLOTS) &&
+		!st->term_locked)
 	{
 		hl_version_release(&cur);
 		st->has_last = cur.found;
@@ -1115,10 +1415,25 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 		return LEASE_CONTENDED;
 	}
 
+	/* a new term of an owner whose keepalive runs runs on it */
+	if ((action == ACTION_NEW_TERM || action == ACTION_HANDOFF) &&
+		!attach_new_term(result))
+	{
+		hl_version_release(&cur);
+		return LEASE_CONTENDED;
+	}
+
 	tm = write_row(st, action, &cur, result);
 	hl_version_release(&cur);
 	if (tm == TM_Ok)
 	{
+		/* an end of a term its keepalive's renewal may have read */
+		if (action == ACTION_END_TERM &&
+			!end_after_renewal(st, curp, result))
+			return LEASE_CONTENDED;
+		if (result->keepalive > 0 &&
+			(action == ACTION_NEW_TERM || action == ACTION_HANDOFF))
+			keep_told_expiry(st, result);
 		after_write(req, action, curp, &pick, result, now);
 		commit_durably(req);
 		return LEASE_DONE;
@@ -1256,9 +1571,12 @@ hl_lease_blocker(text *name, HlBlockerKind *kind)
  * raised it to as "floor_raised" (0: raise it here), and a row of a later
  * generation is left: a term that began and ended since the caller looked
  * (which, after a clock step back, can look as old as the one it read).
- * Returns false, changing nothing, if the row is not there, its term has
- * not ended, or anything stands in the way right now (the lease being
- * changed or fenced, the floor being written, the table locked).
+ * A name with slots is forgotten with every slot's row, once no slot is
+ * in use and each slot's last term ended before "ended_before"
+ * (slotforget.c).  Returns false, changing nothing, if the row is not
+ * there, its term has not ended, or anything stands in the way right now
+ * (the lease being changed or fenced, the floor being written, the table
+ * locked).
  */
 bool
 hl_forget(text *name, TimestampTz ended_before, int64 floor_raised)
@@ -1267,6 +1585,7 @@ hl_forget(text *name, TimestampTz ended_before, int64 floor_raised)
 	LeaseVersion cur;
 	SnapshotData dirty;
 	bool		locked = false;
+	bool		slotted = false;
 	bool		done = false;
 
 	hl_prevent_write("hoplock_forget()");
@@ -1285,11 +1604,35 @@ hl_forget(text *name, TimestampTz ended_before, int64 floor_raised)
 			break;
 		if (!locked)
 		{
-			/* no term begins or is fenced meanwhile */
+			int			have;
+			bool		removed;
+
+			/*
+			 * A name with slots in use, as committed, is left without
+			 * taking its lock, which would keep the acquires of its slots
+			 * out for a moment (slotforget.c).
+			 */
+			if (hl_slot_marker(&cur.lease) > 1 &&
+				hl_slots_forget(name, false, ended_before, &have,
+								&removed) != SLOTS_FREE)
+				break;
+
+			/*
+			 * no term begins or is fenced meanwhile (nor, of a name with
+			 * slots, a slot's term)
+			 */
 			if (!hl_term_trylock(name, ExclusiveLock))
 				break;
 			locked = true;
 			continue;			/* look again, with the lock */
+		}
+		/* a name with slots goes with every slot's row, if all are free */
+		slotted = hl_slot_marker(&cur.lease) > 1;
+		if (slotted)
+		{
+			done = (hl_slots_forget_rows(&rel, name, &cur, ended_before,
+										 floor_raised) == SLOTS_FREE);
+			break;
 		}
 		if (floor_raised == 0 &&
 			!hl_floor_raise_forgotten(cur.lease.generation))
@@ -1303,13 +1646,17 @@ hl_forget(text *name, TimestampTz ended_before, int64 floor_raised)
 	/*
 	 * The lock can go now, done or not: the uncommitted delete makes every
 	 * other caller contend until it commits, and no fence can hold a
-	 * released name.  (The worker forgets a thousand names a round.)  Those
-	 * who wait for the name try again when this transaction ends, as after
-	 * a release: a waiter may have found the row being removed.
+	 * released name.  (The worker forgets a thousand names a round.)  Not
+	 * a name with slots that was forgotten: an acquire of a slot with no
+	 * row yet would find nothing in flight, so it stays until this
+	 * transaction ends (slotforget.c).  Those who wait for the name try
+	 * again when this transaction ends, as after a release: a waiter may
+	 * have found the row being removed.
 	 */
 	if (locked)
 	{
-		hl_term_unlock(name, ExclusiveLock);
+		if (!done || !slotted)
+			hl_term_unlock(name, ExclusiveLock);
 		hl_wake_waiters_at_end(name);
 	}
 	hl_close(&rel, done);

@@ -28,7 +28,11 @@ typedef enum LeaseOp
 	LEASE_OP_PROCLAIM,			/* set the running term's value */
 	LEASE_OP_ABANDONED,			/* the worker: end a term handed to a
 								 * candidate that stopped waiting */
-	LEASE_OP_STEP_DOWN			/* ask the holder to hand over */
+	LEASE_OP_STEP_DOWN,			/* ask the holder to hand over */
+	LEASE_OP_SLOTS,				/* record the name's number of slots
+								 * (slotkey.h) */
+	LEASE_OP_ATTACH				/* renew_all: the term takes its expiry
+								 * from its owner's keepalive */
 } LeaseOp;
 
 typedef struct LeaseRequest
@@ -52,20 +56,36 @@ typedef struct LeaseRequest
 	int64		min_hold;		/* acquire, wait: microseconds a term
 								 * released early keeps the name from
 								 * other owners; 0: none */
+	int64		keepalive;		/* attach: the keepalive's id ... */
+	TimestampTz keepalive_expires;	/* ... its expires_at ... */
+	int64		keepalive_version;	/* ... and its version; */
+	int64		keepalive_from; /* a keepalive the term may be moved from */
 	int32		session_pid;	/* session_end: the session that ended */
 	TimestampTz session_start;
 	bool		busy_is_contention; /* a locked table is contention (waits,
 									 * the worker), not an error */
 	bool		await_announcement; /* acquire: wait briefly for a lapsed
 									 * term's row being changed (lease.c) */
+	int32		slots;			/* acquire, wait, slots: the slots the
+								 * caller gave (0 or 1: none) */
+	int64		generation_after;	/* a new term's generation is above
+									 * it (the name's other slots) */
+	bool		owners_term_only;	/* renew, release, proclaim of a slot
+									 * where the owner's term may be: go
+									 * on only if the row is that term,
+									 * running, not being changed; else
+									 * LEASE_REFUSED, nothing counted */
 } LeaseRequest;
 
 typedef enum LeaseOutcome
 {
 	LEASE_DONE,					/* the lease was written */
 	LEASE_REFUSED,				/* the precondition does not hold */
-	LEASE_CONTENDED				/* held by another owner, or being changed
+	LEASE_CONTENDED,			/* held by another owner, or being changed
 								 * by another transaction right now */
+	LEASE_SLOTTED				/* the name has slots: the call is for
+								 * one of them (slots.c); *result is the
+								 * row recording how many */
 } LeaseOutcome;
 
 extern LeaseOutcome hl_lease_cas(const LeaseRequest *req, Lease *result,
@@ -85,5 +105,6 @@ extern bool hl_forget(text *name, TimestampTz ended_before,
 					  int64 floor_raised);
 extern void hl_check_term_role(const Lease *lease);
 extern void hl_prevent_write(const char *fn);
+extern void hl_commit_durably(bool wait_for_standbys);
 
 #endif							/* HOPLOCK_LEASE_H */

@@ -51,6 +51,7 @@
 
 #include "access/heapam.h"
 #include "access/sysattr.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
@@ -92,17 +93,23 @@ begin_write(HlRelation *rel, RowWrite *w)
 
 /*
  * Open every index of the table, as ExecOpenIndices does, after locking
- * each without waiting more than a few milliseconds.
+ * each without waiting more than a few milliseconds.  The primary key
+ * hl_open() locked in the same mode is not locked again: this transaction
+ * holds that lock, so taking it again could not wait, and would only
+ * cost a lock-table lookup per write.
  */
 static void
 open_indexes(HlRelation *rel, RowWrite *w)
 {
 	List	   *indexes = RelationGetIndexList(rel->heap);
+	Oid			held = (rel->index != NULL && rel->lockmode == RowExclusiveLock) ?
+		RelationGetRelid(rel->index) : InvalidOid;
 	ListCell   *lc;
 
 	foreach(lc, indexes)
 	{
-		if (!hl_lock_relation_briefly(lfirst_oid(lc), RowExclusiveLock))
+		if (lfirst_oid(lc) != held &&
+			!hl_lock_relation_briefly(lfirst_oid(lc), RowExclusiveLock))
 			hl_table_busy_error(rel->which);
 	}
 	list_free(indexes);
@@ -157,6 +164,18 @@ end_write(HlRelation *rel, RowWrite *w)
 	hl_close_result_rels(w->estate, w->rri);
 	ExecResetTupleTable(w->estate->es_tupleTable, false);
 	FreeExecutorState(w->estate);
+}
+
+/* A new row's AFTER INSERT triggers queued, as the table's owner */
+static void
+queue_insert_triggers(HlRelation *rel, RowWrite *w, TupleTableSlot *slot,
+					  List *recheck)
+{
+	AsOwner		o;
+
+	as_owner_begin(rel, &o);
+	ExecARInsertTriggers(w->estate, w->rri, slot, recheck, NULL);
+	as_owner_end(&o);
 }
 
 /*
@@ -276,15 +295,61 @@ hl_row_insert(HlRelation *rel, HeapTuple tuple)
 	open_indexes(rel, &w);
 	recheck = hl_insert_index_tuples(w.rri, w.slot, w.estate, false, false);
 	if (w.triggers)
-	{
-		AsOwner		o;
-
-		as_owner_begin(rel, &o);
-		ExecARInsertTriggers(w.estate, w.rri, w.slot, recheck, NULL);
-		as_owner_end(&o);
-	}
+		queue_insert_triggers(rel, &w, w.slot, recheck);
 	list_free(recheck);
 	end_write(rel, &w);
+}
+
+/*
+ * Insert a new row unless a unique index of the table has a row with the
+ * same key, live or being inserted or deleted (as the dirty snapshot sees
+ * it): then the new row is undone (a speculative insertion's abort), no
+ * trigger has seen it, and false is returned.  The caller looks for the row of
+ * that key (and waits for a transaction changing it), as INSERT ... ON
+ * CONFLICT does after its speculative insertion: changes it, or inserts
+ * with hl_row_insert, which raises a conflict that stays.  Every unique
+ * index is checked without raising, not only the primary key: another
+ * with the same key -- a user's own, or the one REINDEX CONCURRENTLY is
+ * building -- would otherwise raise where ON CONFLICT updates.  The check
+ * costs what the indexes' own uniqueness checks cost: the insert that
+ * finds no row is as cheap as hl_row_insert.
+ */
+bool
+hl_row_insert_new(HlRelation *rel, HeapTuple tuple)
+{
+	RowWrite	w;
+	List	   *recheck;
+	bool		conflict;
+	uint32		token;
+
+	Assert(rel->index != NULL);
+	begin_write(rel, &w);
+	if (hl_table_has_foreign_constraints(rel))
+		check_foreign_constraints(&w, tuple);
+
+	/*
+	 * A speculative insertion, as INSERT ... ON CONFLICT makes: one that
+	 * meets a row with its key is undone as if it never was -- logical
+	 * decoding sends nothing of it (a plain insert and delete would send
+	 * both, and a subscriber would fail on the insert), and whoever checks
+	 * the key meanwhile waits for the outcome of this insertion, not of
+	 * the whole transaction.
+	 */
+	ExecStoreHeapTuple(tuple, w.slot, false);
+	open_indexes(rel, &w);
+	token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
+	table_tuple_insert_speculative(rel->heap, w.slot, w.estate->es_output_cid,
+								   0, NULL, token);
+	wrote_row = true;
+	recheck = hl_insert_index_tuples_nodup(w.rri, w.slot, w.estate,
+										   &conflict);
+	table_tuple_complete_speculative(rel->heap, w.slot, token, !conflict);
+	SpeculativeInsertionLockRelease(GetCurrentTransactionId());
+	if (!conflict && w.triggers)
+		queue_insert_triggers(rel, &w, w.slot, recheck);
+	list_free(recheck);
+	end_write(rel, &w);
+	return !conflict;
 }
 
 /*
@@ -324,13 +389,7 @@ hl_row_insert_many(HlRelation *rel, HeapTuple *tuples, int ntuples)
 		recheck = hl_insert_index_tuples(w.rri, slots[i], w.estate, false,
 										 false);
 		if (w.triggers)
-		{
-			AsOwner		o;
-
-			as_owner_begin(rel, &o);
-			ExecARInsertTriggers(w.estate, w.rri, slots[i], recheck, NULL);
-			as_owner_end(&o);
-		}
+			queue_insert_triggers(rel, &w, slots[i], recheck);
 		list_free(recheck);
 	}
 	pfree(slots);

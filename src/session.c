@@ -21,6 +21,12 @@
  *		which empties the registry, so the worker then ends every term bound
  *		to a session from before.
  *
+ *		DISCARD ALL ends them too, in its own transaction, as it releases
+ *		the session's advisory locks: a pooler resets a server connection
+ *		so before it serves the next client (PgBouncer's server_reset_query
+ *		in session pooling mode), so a term bound to a session whose
+ *		client has gone ends then.
+ *
  *		The names are kept by bound.c, where the lease core enters them;
  *		this file is above the core, and calls it to end the terms.
  *
@@ -35,13 +41,16 @@
 #include "session.h"
 #include "shmem.h"
 #include "storage.h"
+#include "subxact.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
 static bool exit_callbacks_registered = false;
@@ -62,6 +71,27 @@ free_names(char **names, int count)
 }
 
 /*
+ * End the term of "name" if it is still bound to this session ("fn" names
+ * the caller in messages).  A term another transaction is changing right
+ * now is contention, never a wait.
+ */
+static LeaseOutcome
+end_own_term(const char *name, const char *fn)
+{
+	LeaseRequest req = {0};
+	Lease		result;
+	bool		found;
+
+	req.op = LEASE_OP_SESSION_END;
+	req.fn = fn;
+	req.name = cstring_to_text(name);
+	req.session_pid = MyProcPid;
+	req.session_start = MyStartTimestamp;
+	req.busy_is_contention = true;
+	return hl_lease_cas(&req, &result, &found);
+}
+
+/*
  * before_shmem_exit callback: end the terms still bound to this session.
  *
  * First tell the worker, whose compare-and-swap does nothing for a term
@@ -77,6 +107,7 @@ end_bound_terms(int code, Datum arg)
 {
 	char	  **names;
 	int			count;
+	HlRelation	rel;
 
 	if (!OidIsValid(MyDatabaseId))
 		return;
@@ -117,24 +148,130 @@ end_bound_terms(int code, Datum arg)
 		free_names(names, count);
 		return;
 	}
-	for (int i = 0; i < count; i++)
-	{
-		LeaseRequest req = {0};
-		Lease		result;
-		bool		found;
 
-		req.op = LEASE_OP_SESSION_END;
-		req.fn = "hoplock session exit";
-		req.name = cstring_to_text(names[i]);
-		req.session_pid = MyProcPid;
-		req.session_start = MyStartTimestamp;
-		req.busy_is_contention = true;
-		(void) hl_lease_cas(&req, &result, &found);
+	/*
+	 * A term attached to a keepalive is read with it, and that reading
+	 * raises, not contends, if the keepalive table is locked (maintenance):
+	 * then leave the terms to the worker, told above.  The lock is kept, so
+	 * that the readings below find it taken.
+	 */
+	if (!hl_open(HL_REL_KEEPALIVE, AccessShareLock, false, &rel))
+	{
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		free_names(names, count);
+		return;
 	}
+	hl_close(&rel, true);
+	for (int i = 0; i < count; i++)
+		(void) end_own_term(names[i], "hoplock session exit");
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	hl_notify_after_commit();
 	hl_bound_forget_all();
+	free_names(names, count);
+}
+
+/*
+ * DISCARD ALL has reset the session: end the terms bound to it, in the
+ * statement's transaction (DISCARD ALL cannot run in a transaction block,
+ * so this transaction does nothing else).  Nothing here may fail the
+ * statement a pooler relies on: the terms are ended in a subtransaction,
+ * and a failure is a WARNING -- the terms then end at the session's exit,
+ * or at their ttl.  A term another transaction is changing right now is
+ * left alone the same way (contention, never a wait), and its name stays
+ * remembered; the names of the terms ended here are forgotten once this
+ * transaction commits, and those found bound no more (released, ended by
+ * anyone) at once, so that the next DISCARD ALL neither looks at them again
+ * nor warns of them.
+ */
+void
+hl_session_discard(void)
+{
+	char	  **names;
+	int			count;
+	LeaseOutcome *outcomes;
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+
+	names = hl_bound_names(&count);
+	if (count == 0)
+		return;
+	if (RecoveryInProgress() ||
+		!OidIsValid(get_extension_oid("hoplock", true)))
+	{
+		/* nothing of this database's can be bound */
+		free_names(names, count);
+		return;
+	}
+	if (XactReadOnly || !hl_extension_current())
+	{
+		ereport(WARNING,
+				(errmsg("DISCARD ALL did not end the terms bound to this session"),
+				 XactReadOnly ?
+				 errdetail("The transaction is read-only.") :
+				 errdetail("The SQL objects of extension \"hoplock\" are not the version the library loaded needs."),
+				 errhint("The terms end when this session does, or when their ttl lapses.")));
+		free_names(names, count);
+		return;
+	}
+
+	/*
+	 * Nor may it wait for a synchronous standby, as the session's exit does
+	 * not (end_bound_terms): a pooler's reset would hang while the standby
+	 * is away, whatever synchronous_commit the session had chosen (DISCARD
+	 * ALL has just reset it).  A standby promoted without this commit finds
+	 * the terms running until their ttl.  Set for this transaction alone,
+	 * before the subtransaction: its commit waits even if the subtransaction
+	 * rolled back.
+	 */
+	if (synchronous_commit > SYNCHRONOUS_COMMIT_LOCAL_FLUSH)
+		(void) set_config_option("synchronous_commit", "local",
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+
+	outcomes = palloc(sizeof(LeaseOutcome) * count);
+	BeginInternalSubTransaction(NULL);
+	PG_TRY();
+	{
+		bool		pushed = false;
+
+		if (!ActiveSnapshotSet())
+		{
+			PushActiveSnapshot(GetTransactionSnapshot());
+			pushed = true;
+		}
+		for (int i = 0; i < count; i++)
+			outcomes[i] = end_own_term(names[i], "DISCARD ALL");
+		if (pushed)
+			PopActiveSnapshot();
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+
+		/* nothing below can fail */
+		for (int i = 0; i < count; i++)
+		{
+			if (outcomes[i] == LEASE_REFUSED)
+				hl_bound_forget(names[i]);
+			else if (outcomes[i] == LEASE_DONE)
+				hl_bound_forget_at_commit(names[i]);
+		}
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		edata = hl_subxact_caught(oldcontext, oldowner);
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg("DISCARD ALL did not end the terms bound to this session: %s",
+						edata->message),
+				 errhint("The terms end when this session does, or when their ttl lapses.")));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	pfree(outcomes);
 	free_names(names, count);
 }
 

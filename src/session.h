@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * session.h
- *		Session-bound terms: a session's exit ends them (session.c).
+ *		Session-bound terms: a session's exit, or DISCARD ALL, ends them
+ *		(session.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -9,5 +10,6 @@
 #define HOPLOCK_SESSION_H
 
 extern void hl_session_prepare(void);
+extern void hl_session_discard(void);
 
 #endif							/* HOPLOCK_SESSION_H */

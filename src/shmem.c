@@ -36,6 +36,7 @@
 #include "hoplock.h"
 #include "settings.h"
 #include "shmem.h"
+#include "slotkey.h"
 
 #include "access/twophase.h"
 #include "miscadmin.h"
@@ -223,6 +224,7 @@ shmem_startup(void)
 		pg_atomic_init_u32(&hl_shared->ncandidates, 0);
 		pg_atomic_init_u32(&hl_shared->nwaiting, 0);
 		pg_atomic_init_u64(&hl_shared->candidate_seq, 0);
+		pg_atomic_init_u64(&hl_shared->last_minted, 0);
 		rings = (char *) hl_shared + rings_offset();
 		for (int i = 0; i < hl_max_databases; i++)
 		{
@@ -230,6 +232,8 @@ shmem_startup(void)
 
 			slot->lock = &locks[2 + i].lock;
 			pg_atomic_init_u32(&slot->events_pending, 0);
+			pg_atomic_init_u32(&slot->terms_changed, 0);
+			pg_atomic_init_u32(&slot->keepalives, 1);
 			for (int c = 0; c < HL_NCOUNTERS; c++)
 				pg_atomic_init_u64(&slot->counters[c], 0);
 			slot->ring = (HlMessage *)
@@ -301,6 +305,8 @@ hl_slot_reset(HlDbSlot *slot)
 	slot->next_wakeup = 0;
 	slot->overflowed = false;
 	slot->head = slot->tail = 0;
+	/* not known to have no keepalive until the worker has looked */
+	pg_atomic_write_u32(&slot->keepalives, 1);
 	memset(&slot->stats, 0, sizeof(slot->stats));
 	for (int c = 0; c < HL_NCOUNTERS; c++)
 		pg_atomic_write_u64(&slot->counters[c], 0);
@@ -440,14 +446,19 @@ hl_mailbox_empty(HlDbSlot *slot)
 
 /*
  * The key of lease "name" of this database in the table of names waited
- * for, in *key; false if its digest could not be computed.  Raises no
+ * for (a slot's: its name's), in *key; false if its digest could not be
+ * computed.  Raises no
  * error once hl_wait_key_prepare() has been called.  Shared memory must
  * be there (it holds the secret).
  */
 bool
 hl_wait_key_try(text *name, HlWaitKey *key)
 {
-	int			len = VARSIZE_ANY_EXHDR(name);
+	int			slot;
+
+	/* a slot's waiters are its name's (slotkey.h) */
+	int			len = hl_slot_split(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name),
+									&slot);
 	uint8		buf[HL_SECRET_BYTES + sizeof(Oid) + HL_MAX_NAME_BYTES];
 	uint8	   *data = buf;
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
@@ -730,12 +741,14 @@ hl_watch_register(Oid dboid)
 /*
  * A transaction of database "dboid" that took event numbers ended: wake
  * the worker, which sends the events committed (once per batch: the flag
- * stays set until it looks), and the sessions in hoplock_watch.  The slot
+ * stays set until it looks), and the sessions in hoplock_watch.  "terms":
+ * some of its events were others than "renewed" (a term began or ended),
+ * which the worker's housekeeping looks for.  The slot
  * is remembered; one given to another database meanwhile is noticed by
  * its dboid, read without a lock.
  */
 void
-hl_wake_event_readers(Oid dboid)
+hl_wake_event_readers(Oid dboid, bool terms)
 {
 	static HlDbSlot *cached = NULL;
 	HlWaitKey	key;
@@ -744,6 +757,8 @@ hl_wake_event_readers(Oid dboid)
 		return;
 	if (cached == NULL || cached->dboid != dboid)
 		cached = hl_slot_for(dboid);
+	if (cached != NULL && terms)
+		pg_atomic_write_u32(&cached->terms_changed, 1);
 	if (cached != NULL &&
 		pg_atomic_exchange_u32(&cached->events_pending, 1) == 0)
 	{

@@ -137,6 +137,11 @@ typedef struct HlDbSlot
 	bool		overflowed;
 	pg_atomic_uint32 events_pending;	/* events committed since the worker
 										 * last looked (no lock) */
+	pg_atomic_uint32 terms_changed; /* and among them, others than
+									 * "renewed" (no lock) */
+	pg_atomic_uint32 keepalives;	/* 0: the database has no keepalive row
+									 * (keepalive.c); set under lock */
+	uint64		keepalives_begun;	/* under lock: keepalives begun */
 	uint64		head;			/* mailbox: messages [tail, head) */
 	uint64		tail;
 	HlMessage  *ring;
@@ -207,6 +212,7 @@ typedef struct HlCandidate
 	bool		session_bound;
 	bool		preempt;		/* asks a holder of lower priority to step
 								 * down (hoplock_wait's preempt) */
+	int32		slots;			/* the slots it waits with; 1: none */
 	TimestampTz session_start;	/* MyStartTimestamp */
 	int16		valuelen;		/* -1: no value */
 	bool		xact_snapshot;	/* waits under REPEATABLE READ or
@@ -252,6 +258,8 @@ typedef struct HlShared
 	HlCandidate *candidates;	/* per PGPROC */
 	pg_atomic_uint32 ncandidates;	/* entries in use, across the server */
 	pg_atomic_uint64 candidate_seq; /* the last seq handed out */
+	pg_atomic_uint64 last_minted;	/* clock part of the last value minted
+								 * (branch.c): no two sessions mint one */
 	HlDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } HlShared;
 
@@ -282,7 +290,7 @@ extern void hl_wake_waiters(const HlWaitKey *key);
 extern void hl_wake_all_waiters(Oid dboid);
 extern LWLock *hl_wait_lock_for(const HlWaitKey *key);
 extern ConditionVariable *hl_watch_register(Oid dboid);
-extern void hl_wake_event_readers(Oid dboid);
+extern void hl_wake_event_readers(Oid dboid, bool terms);
 extern void hl_wake_launcher(Oid dboid);
 extern void hl_nudge_launcher(void);
 extern void hl_stop_worker(Oid dboid, HlStopReason reason);

@@ -32,6 +32,7 @@ typedef enum HlRel
 	HL_REL_BRANCH,
 	HL_REL_EVENT,
 	HL_REL_DELIVERY,
+	HL_REL_KEEPALIVE,
 	HL_NRELS
 } HlRel;
 
@@ -63,6 +64,7 @@ extern bool hl_table_has_after_triggers(HlRelation *rel);
 
 /* rowwrite.c: writing a row as the executor would */
 extern void hl_row_insert(HlRelation *rel, HeapTuple tuple);
+extern bool hl_row_insert_new(HlRelation *rel, HeapTuple tuple);
 extern void hl_row_insert_many(HlRelation *rel, HeapTuple *tuples,
 							   int ntuples);
 extern TM_Result hl_row_update(HlRelation *rel, ItemPointer otid,
@@ -83,6 +85,10 @@ typedef struct LeaseVersion
 
 extern void hl_store_fetch(HlRelation *rel, text *name, Snapshot snapshot,
 						   LeaseVersion *version);
+extern void hl_store_fetch_range(HlRelation *rel, text *lo, text *hi,
+								 Snapshot snapshot,
+								 void (*callback) (Lease *lease, void *arg),
+								 void *arg);
 extern bool hl_store_refetch(HlRelation *rel, text *name, ItemPointer tid,
 							 LeaseVersion *version);
 extern void hl_version_release(LeaseVersion *version);
@@ -93,6 +99,17 @@ extern TM_Result hl_store_update(HlRelation *rel, ItemPointer otid,
 extern int	hl_store_scan(text *after, int limit,
 						  bool (*callback) (const Lease *lease, void *arg),
 						  void *arg, text **last);
+extern bool hl_store_keepalive_joining(HlRelation *rel, int64 id);
+extern int	hl_store_scan_keepalive(HlRelation *rel, int64 id, bool left,
+									Snapshot snapshot,
+									bool (*callback) (const Lease *lease,
+													  void *arg),
+									void *arg);
+extern int	hl_store_scan_owner(HlRelation *rel, Oid roleid, text *owner,
+								Snapshot snapshot,
+								bool (*callback) (const Lease *lease,
+												  void *arg),
+								void *arg);
 extern int64 hl_store_count_role(HlRelation *rel, Oid roleid, int64 limit);
 extern void hl_format_handle(const Lease *lease, char *buf);
 extern bool hl_lease_lookup(text *name, Lease *lease);

@@ -24,6 +24,7 @@
 
 #include "executor_compat.h"
 #include "hoplock.h"
+#include "keepalive.h"
 #include "storage.h"
 
 #include "access/heapam.h"
@@ -33,11 +34,15 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
+#include "nodes/primnodes.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/procarray.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
@@ -66,7 +71,8 @@ enum
 	Anum_lease_handed_pid,
 	Anum_lease_handed_start,
 	Anum_lease_hold_until,
-	Natts_lease = Anum_lease_hold_until
+	Anum_lease_keepalive,
+	Natts_lease = Anum_lease_keepalive
 };
 
 static Datum
@@ -134,6 +140,9 @@ lease_from_slot(TupleTableSlot *slot, Lease *lease)
 	}
 	lease->hold_until = slot->tts_isnull[Anum_lease_hold_until - 1] ? 0 :
 		DatumGetTimestampTz(slot->tts_values[Anum_lease_hold_until - 1]);
+	lease->keepalive = slot->tts_isnull[Anum_lease_keepalive - 1] ? 0 :
+		DatumGetInt64(slot->tts_values[Anum_lease_keepalive - 1]);
+	lease->keepalive_version = 0;
 
 	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
 	lease->xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
@@ -146,7 +155,9 @@ lease_from_slot(TupleTableSlot *slot, Lease *lease)
  *
  * With a dirty snapshot that is the newest committed version, or one that
  * another transaction is inserting; version->inflight then names the
- * transaction that is inserting or updating it right now, if any.
+ * transaction that is inserting or updating it right now, if any, or
+ * changing the keepalive the term is attached to (keepalive.c).  A term
+ * attached to a keepalive has the keepalive's expiry.
  */
 void
 hl_store_fetch(HlRelation *rel, text *name, Snapshot snapshot,
@@ -183,8 +194,47 @@ hl_store_fetch(HlRelation *rel, text *name, Snapshot snapshot,
 		IncrBufferRefCount(version->buffer);
 
 		lease_from_slot(slot, &version->lease);
+		hl_keepalive_apply(&version->lease, snapshot, &version->inflight,
+						   NULL);
 	}
 
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+}
+
+/*
+ * Every row whose name is at least "lo" and below "hi", as the MVCC
+ * snapshot "snapshot" sees them, in the order of their names:
+ * callback(lease, arg) for each, the lease as hl_store_fetch() reads it (in
+ * the caller's memory context, nothing pinned).  One descent of the index
+ * for them all: the rows of a name's slots, which sort together
+ * (slotkey.c), cost one lookup and not one each.
+ */
+void
+hl_store_fetch_range(HlRelation *rel, text *lo, text *hi, Snapshot snapshot,
+					 void (*callback) (Lease *lease, void *arg), void *arg)
+{
+	ScanKeyData keys[2];
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+
+	Assert(snapshot->snapshot_type == SNAPSHOT_MVCC);
+	ScanKeyInit(&keys[0], Anum_lease_name, BTGreaterEqualStrategyNumber,
+				F_TEXT_GE, PointerGetDatum(lo));
+	ScanKeyInit(&keys[1], Anum_lease_name, BTLessStrategyNumber,
+				F_TEXT_LT, PointerGetDatum(hi));
+
+	slot = table_slot_create(rel->heap, NULL);
+	scan = hl_index_beginscan(rel->heap, rel->index, snapshot, 2);
+	index_rescan(scan, keys, 2, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		Lease		lease;
+
+		lease_from_slot(slot, &lease);
+		hl_keepalive_apply(&lease, snapshot, NULL, NULL);
+		callback(&lease, arg);
+	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 }
@@ -238,6 +288,8 @@ hl_store_refetch(HlRelation *rel, text *name, ItemPointer tid,
 		version->buffer = ((BufferHeapTupleTableSlot *) slot)->buffer;
 		IncrBufferRefCount(version->buffer);
 		lease_from_slot(slot, &version->lease);
+		hl_keepalive_apply(&version->lease, &dirty, &version->inflight,
+						   NULL);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	return ok;
@@ -371,6 +423,8 @@ form_tuple(HlRelation *rel, const Lease *lease)
 	nulls[Anum_lease_handed_start - 1] = (lease->handed_pid == 0);
 	values[Anum_lease_hold_until - 1] = TimestampTzGetDatum(lease->hold_until);
 	nulls[Anum_lease_hold_until - 1] = (lease->hold_until == 0);
+	values[Anum_lease_keepalive - 1] = Int64GetDatum(lease->keepalive);
+	nulls[Anum_lease_keepalive - 1] = (lease->keepalive == 0);
 
 	return heap_form_tuple(RelationGetDescr(rel->heap), values, nulls);
 }
@@ -406,7 +460,10 @@ hl_store_update(HlRelation *rel, ItemPointer otid, Lease *lease)
 }
 
 /*
- * The handle: "h2:" and the row version's version and generation.  Every
+ * The handle: "h2:" and the row version's version and generation; of a
+ * term attached to a keepalive, "h3:" and the row's version, the
+ * keepalive's version and the generation, so that a renewal through the
+ * keepalive gives the term a new handle too.  Every
  * write of a lease gives its row a new version, minted above the last
  * (branch.c): two committed states of a lease never share a handle, on any
  * copy of the data.  A row not written since 1.1 has version 0.  (1.1's
@@ -418,13 +475,19 @@ hl_format_handle(const Lease *lease, char *buf)
 	char	   *p = buf;
 
 	/* pg_lltoa rather than snprintf: every renewal returns a handle */
-	StaticAssertStmt(LEASE_HANDLE_LEN >= 3 + 20 + 1 + 20 + 1,	/* int64: 20 */
+	StaticAssertStmt(LEASE_HANDLE_LEN >= 3 + 20 + 1 + 20 + 1 + 20 + 1,	/* int64: 20 */
 					 "LEASE_HANDLE_LEN is too short");
-	memcpy(p, "h2:", 3);
+	memcpy(p, lease->keepalive_version != 0 ? "h3:" : "h2:", 3);
 	p += 3;
 	pg_lltoa(lease->version, p);
 	p += strlen(p);
 	*p++ = ':';
+	if (lease->keepalive_version != 0)
+	{
+		pg_lltoa(lease->keepalive_version, p);
+		p += strlen(p);
+		*p++ = ':';
+	}
 	pg_lltoa(lease->generation, p);
 }
 
@@ -449,6 +512,7 @@ hl_store_scan(text *after, int limit,
 	TupleTableSlot *slot;
 	MemoryContext row_context;
 	MemoryContext old;
+	Keepalive	cache = {0};
 	int			n = 0;
 
 	*last = NULL;
@@ -478,6 +542,10 @@ hl_store_scan(text *after, int limit,
 		MemoryContextReset(row_context);
 		old = MemoryContextSwitchTo(row_context);
 		lease_from_slot(slot, &lease);
+		/* (the cached keepalive's owner lives in the scan's context) */
+		MemoryContextSwitchTo(caller_context);
+		hl_keepalive_apply(&lease, GetActiveSnapshot(), NULL, &cache);
+		MemoryContextSwitchTo(row_context);
 		keep_going = callback(&lease, arg);
 		MemoryContextSwitchTo(caller_context);
 		if (*last != NULL)
@@ -491,6 +559,266 @@ hl_store_scan(text *after, int limit,
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	hl_close(&rel, false);
+	return n;
+}
+
+/*
+ * The lease table's btree index on keepalive, partial WHERE keepalive IS
+ * NOT NULL, which hoplock_renew_all and the worker read a keepalive's terms
+ * through; raises if the table has none.  Opened in the table's lock mode,
+ * without waiting more than the table's opening would
+ * (hl_lock_relation_briefly): NULL if an index is locked (REINDEX).
+ */
+static Relation
+open_keepalive_index(HlRelation *rel)
+{
+	List	   *indexes = RelationGetIndexList(rel->heap);
+	ListCell   *lc;
+
+	foreach(lc, indexes)
+	{
+		Relation	index;
+		Form_pg_index form;
+		List	   *pred;
+
+		if (!hl_lock_relation_briefly(lfirst_oid(lc), rel->lockmode))
+		{
+			list_free(indexes);
+			return NULL;
+		}
+		index = index_open(lfirst_oid(lc), NoLock);
+		form = index->rd_index;
+
+		if (index->rd_rel->relam == BTREE_AM_OID &&
+			form->indnkeyatts == 1 && form->indisvalid && form->indisready &&
+			form->indkey.values[0] == Anum_lease_keepalive &&
+			RelationGetIndexExpressions(index) == NIL &&
+			(pred = RelationGetIndexPredicate(index)) != NIL &&
+			list_length(pred) == 1 && IsA(linitial(pred), NullTest))
+		{
+			NullTest   *nt = (NullTest *) linitial(pred);
+
+			if (nt->nulltesttype == IS_NOT_NULL && !nt->argisrow &&
+				IsA(nt->arg, Var) &&
+				((Var *) nt->arg)->varattno == Anum_lease_keepalive)
+			{
+				list_free(indexes);
+				return index;
+			}
+		}
+		index_close(index, rel->lockmode);
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table \"hoplock_internal.lease\" has no valid index on keepalive WHERE keepalive IS NOT NULL"),
+			 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION, or REINDEX the table.")));
+	return NULL;				/* keep the compiler quiet */
+}
+
+/*
+ * Another transaction that has updated or deleted the row version in
+ * "slot" (a buffer slot of a heap tuple an MVCC snapshot sees), and is
+ * running or committed: InvalidTransactionId if none.  Read under the
+ * buffer's share lock; a row no one changes costs a look at its header.
+ */
+static TransactionId
+row_changing(TupleTableSlot *slot)
+{
+	BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) slot;
+	HeapTupleHeader htup;
+	TransactionId xmax = InvalidTransactionId;
+
+	if (!TTS_IS_BUFFERTUPLE(slot) || !BufferIsValid(bslot->buffer) ||
+		bslot->base.tuple == NULL)
+		return InvalidTransactionId;
+	htup = bslot->base.tuple->t_data;
+	LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
+	if (!(htup->t_infomask & HEAP_XMAX_INVALID) &&
+		!HEAP_XMAX_IS_LOCKED_ONLY(htup->t_infomask))
+		xmax = HeapTupleHeaderGetUpdateXid(htup);
+	LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
+	if (!TransactionIdIsValid(xmax) || TransactionIdIsCurrentTransactionId(xmax))
+		return InvalidTransactionId;
+	if (TransactionIdIsInProgress(xmax) || TransactionIdDidCommit(xmax))
+		return xmax;
+	return InvalidTransactionId;
+}
+
+/* Deform each row into a Lease in a short-lived context and call back. */
+static int
+scan_rows(bool (*next) (void *scan, TupleTableSlot *slot), void *scandesc,
+		  TupleTableSlot *slot, Oid roleid, text *owner,
+		  bool (*callback) (const Lease *lease, void *arg), void *arg)
+{
+	MemoryContext row_context;
+	MemoryContext old;
+	int			n = 0;
+
+	row_context = AllocSetContextCreate(CurrentMemoryContext,
+										"hoplock term scan",
+										ALLOCSET_SMALL_SIZES);
+	while (next(scandesc, slot))
+	{
+		Lease		lease;
+		bool		keep_going;
+
+		CHECK_FOR_INTERRUPTS();
+		if (owner != NULL)
+		{
+			bool		isnull;
+			Datum		d;
+			text	   *o;
+			bool		same;
+
+			/* (the owner's rows only, told before deforming the rest) */
+			d = slot_getattr(slot, Anum_lease_owner_roleid, &isnull);
+			if (isnull || DatumGetObjectId(d) != roleid)
+				continue;
+			d = slot_getattr(slot, Anum_lease_owner, &isnull);
+			if (isnull)
+				continue;
+			o = DatumGetTextPP(d);
+			same = hl_text_equal(o, owner);
+			if ((Pointer) o != DatumGetPointer(d))
+				pfree(o);
+			if (!same)
+				continue;
+		}
+		n++;
+		MemoryContextReset(row_context);
+		old = MemoryContextSwitchTo(row_context);
+		lease_from_slot(slot, &lease);
+		lease.changing = row_changing(slot);
+		keep_going = callback(&lease, arg);
+		MemoryContextSwitchTo(old);
+		if (!keep_going)
+			break;
+	}
+	MemoryContextDelete(row_context);
+	return n;
+}
+
+static bool
+next_from_index(void *scan, TupleTableSlot *slot)
+{
+	return index_getnext_slot((IndexScanDesc) scan, ForwardScanDirection, slot);
+}
+
+static bool
+next_from_heap(void *scan, TupleTableSlot *slot)
+{
+	return table_scan_getnextslot((TableScanDesc) scan, ForwardScanDirection,
+								  slot);
+}
+
+/*
+ * Call "callback" for every row attached to keepalive "id" that "snapshot"
+ * (an MVCC snapshot) sees, as stored: the keepalive is not applied; with
+ * "left", also those that left it (keepalive -id), in one index scan.  The
+ * Lease is valid only during the call.  Stops when the callback returns
+ * false.  Returns the number of rows read; -1, having read nothing, if the
+ * index is locked (maintenance).
+ */
+int
+hl_store_scan_keepalive(HlRelation *rel, int64 id, bool left,
+						Snapshot snapshot,
+						bool (*callback) (const Lease *lease, void *arg),
+						void *arg)
+{
+	Relation	index = open_keepalive_index(rel);
+	ScanKeyData key;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	int			n;
+
+	if (index == NULL)
+		return -1;
+
+	if (left)
+	{
+		Datum		ids[2] = {Int64GetDatum(-id), Int64GetDatum(id)};
+		ArrayType  *array = construct_array(ids, 2, INT8OID, sizeof(int64),
+											FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+
+		/* keepalive = ANY ('{-id, id}'), as the executor would ask */
+		ScanKeyEntryInitialize(&key, SK_SEARCHARRAY, 1, BTEqualStrategyNumber,
+							   INT8OID, InvalidOid, F_INT8EQ,
+							   PointerGetDatum(array));
+	}
+	else
+		ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(id));
+	slot = table_slot_create(rel->heap, NULL);
+	scan = hl_index_beginscan(rel->heap, index, snapshot, 1);
+	index_rescan(scan, &key, 1, NULL, 0);
+	n = scan_rows(next_from_index, scan, slot, InvalidOid, NULL, callback, arg);
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, rel->lockmode);
+	return n;
+}
+
+/*
+ * Is another transaction attaching a term to keepalive "id" right now (a
+ * row version with that keepalive, written by a transaction in flight)?
+ * Read through the partial index with a dirty snapshot.
+ */
+bool
+hl_store_keepalive_joining(HlRelation *rel, int64 id)
+{
+	Relation	index = open_keepalive_index(rel);
+	ScanKeyData key;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	SnapshotData dirty;
+	bool		joining = false;
+
+	InitDirtySnapshot(dirty);
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(id));
+	slot = table_slot_create(rel->heap, NULL);
+	scan = hl_index_beginscan(rel->heap, index, &dirty, 1);
+	index_rescan(scan, &key, 1, NULL, 0);
+	while (!joining && index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		d;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!TransactionIdIsValid(dirty.xmin) ||
+			TransactionIdIsCurrentTransactionId(dirty.xmin))
+			continue;
+		/* (the new version, not the old one an update leaves) */
+		d = slot_getattr(slot, Anum_lease_keepalive, &isnull);
+		joining = !isnull && DatumGetInt64(d) == id;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, rel->lockmode);
+	return joining;
+}
+
+/*
+ * Call "callback" for every row of owner "owner" of role "roleid" that
+ * "snapshot" (an MVCC snapshot) sees, as stored, reading the whole table:
+ * no index finds an owner's rows (its key would change with every
+ * takeover, which would then not be a HOT update).  hoplock_renew_all
+ * alone calls it, when it begins a keepalive.  Returns the number of the
+ * owner's rows read.
+ */
+int
+hl_store_scan_owner(HlRelation *rel, Oid roleid, text *owner,
+					Snapshot snapshot,
+					bool (*callback) (const Lease *lease, void *arg),
+					void *arg)
+{
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	int			n;
+
+	slot = table_slot_create(rel->heap, NULL);
+	scan = table_beginscan(rel->heap, snapshot, 0, NULL);
+	n = scan_rows(next_from_heap, scan, slot, roleid, owner, callback, arg);
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
 	return n;
 }
 

@@ -30,6 +30,7 @@
 #include "events.h"
 #include "hoplock.h"
 #include "shmem.h"
+#include "slotkey.h"
 
 #include "access/xlog.h"
 #include "common/int.h"
@@ -114,21 +115,26 @@ static bool
 put_event(const HlLoggedEvent *e, void *arg)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
-	Datum		values[8];
-	bool		nulls[8] = {0};
+	Datum		values[9];
+	bool		nulls[9] = {0};
+	int			slot;
 
 	values[0] = Int64GetDatum(e->seq);
 	values[1] = PointerGetDatum(e->event);
-	values[2] = PointerGetDatum(e->name);
+	/* a slot's event under its name (slotkey.h) */
+	values[2] = PointerGetDatum(hl_slot_base(e->name, &slot));
 	values[3] = PointerGetDatum(e->owner);
 	values[4] = Int64GetDatum(e->generation);
 	values[5] = TimestampTzGetDatum(e->at);
-	/* (the value's and free_at's columns are 1.2's: absent while the SQL is 1.1's) */
+	/* (the value's, free_at's and slot's columns are 1.2's: absent while the SQL is 1.1's) */
 	values[6] = PointerGetDatum(e->value);
 	nulls[6] = (e->value == NULL);
 	values[7] = TimestampTzGetDatum(e->free_at);
 	nulls[7] = (e->free_at == 0);
-	Assert(rsinfo->setDesc->natts <= 8);
+	/* the slot of a lease with slots; NULL for a lease without */
+	values[8] = Int32GetDatum(slot);
+	nulls[8] = (slot == 0);
+	Assert(rsinfo->setDesc->natts <= 9);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return true;
 }

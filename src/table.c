@@ -98,6 +98,17 @@ static const ColumnSpec lease_columns[] = {
 	{"handed_pid", INT4OID, false},
 	{"handed_start", TIMESTAMPTZOID, false},
 	{"hold_until", TIMESTAMPTZOID, false},
+	{"keepalive", INT8OID, false},
+};
+
+static const ColumnSpec keepalive_columns[] = {
+	{"id", INT8OID, true},
+	{"owner_roleid", OIDOID, true},
+	{"owner", TEXTOID, true},
+	{"renewed_at", TIMESTAMPTZOID, true},
+	{"expires_at", TIMESTAMPTZOID, true},
+	{"version", INT8OID, true},
+	{"attach_horizon", INT8OID, false},
 };
 
 static const ColumnSpec history_columns[] = {
@@ -195,6 +206,8 @@ static const TableSpec specs[HL_NRELS] = {
 	{1, {1}, {INTEGER_BTREE_FAM_OID}, "\"seq\""}},
 	{"delivery", delivery_columns, lengthof(delivery_columns), delivery_checks,
 	{0}},
+	{"keepalive", keepalive_columns, lengthof(keepalive_columns), no_checks,
+	{1, {1}, {INTEGER_BTREE_FAM_OID}, "\"id\""}},
 };
 
 /* What the shape check found out about a table (a backend-local cache) */
@@ -365,20 +378,30 @@ find_table(HlRel which, bool missing_ok)
 
 /*
  * The OID of hoplock's sequence "name" in hoplock_internal, checked like
- * its tables (the extension's own); cached until an invalidation.
+ * its tables (the extension's own); cached until an invalidation (two
+ * sequences: event_seq and keepalive_id_seq).
  */
 Oid
 hl_sequence_oid(const char *name)
 {
-	static Oid	cached = InvalidOid;
-	static uint64 cached_at = 0;
+	static struct
+	{
+		const char *name;
+		Oid			relid;
+		uint64		at;
+	}			cache[2];
 	Oid			extoid;
 	Oid			nsp;
 	Oid			relid = InvalidOid;
+	int			slot;
 
 	register_callback();
-	if (OidIsValid(cached) && cached_at == invalidations)
-		return cached;
+	for (slot = 0; slot < (int) lengthof(cache) - 1; slot++)
+		if (cache[slot].name == NULL || strcmp(cache[slot].name, name) == 0)
+			break;
+	if (cache[slot].name != NULL && strcmp(cache[slot].name, name) == 0 &&
+		OidIsValid(cache[slot].relid) && cache[slot].at == invalidations)
+		return cache[slot].relid;
 	extoid = get_extension_oid("hoplock", true);
 	if (!OidIsValid(extoid))
 		not_installed();
@@ -392,8 +415,10 @@ hl_sequence_oid(const char *name)
 				 errmsg("sequence \"%s.%s\" is not part of extension \"hoplock\"",
 						HL_SCHEMA, name),
 				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
-	cached = relid;
-	cached_at = invalidations;
+	/* (names are the callers' string constants) */
+	cache[slot].name = name;
+	cache[slot].relid = relid;
+	cache[slot].at = invalidations;
 	return relid;
 }
 

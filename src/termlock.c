@@ -26,36 +26,61 @@
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 
 /* locktag_field4 of term locks; SQL's advisory locks use 1 and 2 */
 #define HL_LOCKTAG_CLASS	0x686c
 
 /*
- * The digest of the last name asked about: a call looks a name up several
- * times (lock, unlock, wake-up), and hashing is the costly part.
+ * The digests of the last names asked about: a call looks a name up several
+ * times (lock, unlock, wake-up), and hashing is the costly part.  An
+ * acquire with slots goes between three keys -- the (name, owner) lock,
+ * the name, the slot's row -- so a few are kept, the oldest replaced.
  */
-static uint8 last_digest[PG_SHA256_DIGEST_LENGTH];
-static char last_name[HL_MAX_NAME_BYTES];
-static int	last_len = -1;
+#define DIGEST_CACHE_SIZE	4
+/* the longest key: the lock of (name, owner) (slotrows.c) */
+#define DIGEST_KEY_MAX		(2 * HL_MAX_NAME_BYTES + 2)
+
+typedef struct DigestEntry
+{
+	int			len;			/* -1: empty */
+	char		key[DIGEST_KEY_MAX];
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+} DigestEntry;
+
+static DigestEntry digest_cache[DIGEST_CACHE_SIZE] = {
+	{.len = -1}, {.len = -1}, {.len = -1}, {.len = -1}
+};
+static int	digest_next = 0;
+static uint8 uncached_digest[PG_SHA256_DIGEST_LENGTH];
 
 static const uint8 *
 name_digest(text *name)
 {
+	const char *key = VARDATA_ANY(name);
 	int			len = VARSIZE_ANY_EXHDR(name);
+	DigestEntry *e;
 
-	if (len != last_len || len > HL_MAX_NAME_BYTES ||
-		memcmp(VARDATA_ANY(name), last_name, len) != 0)
+	for (int i = 0; i < DIGEST_CACHE_SIZE; i++)
 	{
-		hl_sha256((const uint8 *) VARDATA_ANY(name), len, last_digest);
-		if (len <= HL_MAX_NAME_BYTES)
-		{
-			memcpy(last_name, VARDATA_ANY(name), len);
-			last_len = len;
-		}
-		else
-			last_len = -1;
+		e = &digest_cache[i];
+		if (e->len == len && memcmp(e->key, key, len) == 0)
+			return e->digest;
 	}
-	return last_digest;
+	if (len > DIGEST_KEY_MAX)
+	{
+		hl_sha256((const uint8 *) key, len, uncached_digest);
+		return uncached_digest;
+	}
+	e = &digest_cache[digest_next];
+	digest_next = (digest_next + 1) % DIGEST_CACHE_SIZE;
+	/* (empty while it is computed: hl_sha256 may raise) */
+	e->len = -1;
+	hl_sha256((const uint8 *) key, len, e->digest);
+	memcpy(e->key, key, len);
+	e->len = len;
+	return e->digest;
 }
 
 static void
@@ -133,4 +158,49 @@ hl_term_lock_holders(text *name, int *fence_pid, int *change_pid)
 	*change_pid = first_pid(changers, NULL);
 	holders = GetLockConflicts(&tag, ExclusiveLock, NULL);
 	*fence_pid = first_pid(holders, changers);
+}
+
+/*
+ * The top-level transaction ids of the transactions that hold a term lock
+ * of this database in ExclusiveLock -- those that may be beginning a term
+ * right now -- and have an id: an array of *n in the current memory
+ * context.  Returns false if one of them is a prepared transaction, whose
+ * id this cannot tell.
+ */
+bool
+hl_term_lock_xids(TransactionId **xids, int *n)
+{
+	LockData   *data = GetLockStatusData();
+	bool		known = true;
+
+	*xids = palloc(sizeof(TransactionId) * Max(data->nelements, 1));
+	*n = 0;
+	for (int i = 0; i < data->nelements; i++)
+	{
+		LockInstanceData *inst = &data->locks[i];
+		PGPROC	   *proc;
+		TransactionId xid;
+
+		if (inst->locktag.locktag_type != LOCKTAG_ADVISORY ||
+			inst->locktag.locktag_field4 != HL_LOCKTAG_CLASS ||
+			inst->locktag.locktag_field1 != MyDatabaseId ||
+			(inst->holdMask & LOCKBIT_ON(ExclusiveLock)) == 0)
+			continue;
+		if (inst->pid == 0)
+		{
+			known = false;		/* (a prepared transaction) */
+			continue;
+		}
+		proc = BackendPidGetProc(inst->pid);
+		if (proc == NULL)
+			continue;			/* (ended since) */
+#if PG_VERSION_NUM >= 140000
+		xid = *((volatile TransactionId *) &proc->xid);
+#else
+		xid = *((volatile TransactionId *) &ProcGlobal->allPgXact[proc->pgprocno].xid);
+#endif
+		if (TransactionIdIsValid(xid))
+			(*xids)[(*n)++] = xid;
+	}
+	return known;
 }

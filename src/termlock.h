@@ -15,5 +15,6 @@ extern bool hl_term_trylock(text *name, LOCKMODE mode);
 extern void hl_term_unlock(text *name, LOCKMODE mode);
 extern void hl_term_lock_holders(text *name, int *fence_pid,
 								 int *change_pid);
+extern bool hl_term_lock_xids(TransactionId **xids, int *n);
 
 #endif							/* HOPLOCK_TERMLOCK_H */

@@ -53,6 +53,7 @@
 #include "hoplock.h"
 #include "lease.h"
 #include "shmem.h"
+#include "slots.h"
 #include "wait.h"
 
 #include "access/xact.h"
@@ -164,7 +165,7 @@ wait_loop(LeaseRequest *req, TimestampTz deadline, ConditionVariable *cv,
 
 		MemoryContextReset(loop_context);
 		old = MemoryContextSwitchTo(loop_context);
-		outcome = hl_lease_cas(req, &seen, &found);
+		outcome = hl_slots_cas(req, &seen, &found);
 		MemoryContextSwitchTo(old);
 		if (outcome == LEASE_DONE)
 		{
@@ -303,7 +304,8 @@ hl_lease_wait(LeaseRequest *req, int64 timeout, Lease *result)
 		/* a candidate from now on: a freed lease goes to the first */
 		hl_candidate_enter(req->name, req->owner, req->priority, req->ttl,
 						   req->min_hold,
-						   req->session_bound, req->value, req->preempt);
+						   req->session_bound, req->value, req->preempt,
+						   Max(req->slots, 1));
 		acquired = wait_loop(req, deadline, cv, result);
 	}
 	PG_FINALLY();

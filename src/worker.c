@@ -35,9 +35,12 @@
  *		message is posted after its transaction committed, so the round
  *		sees every term it was told of.
  *
- *		A lease being changed right now is looked at again a little later,
- *		the later the longer it has been lapsed (10 ms to 1 s), so a lease
- *		held up for long costs the worker almost nothing.
+ *		A lease being changed right now is looked at again for what its
+ *		committed state still has due: a lapsed term a little later, the
+ *		later the longer it has been lapsed (10 ms to 1 s), the end of a
+ *		hold (min_hold) alike once over, a running term at its expiry, an
+ *		ended name never (the change posts what it begins once committed):
+ *		a lease held up for long costs the worker almost nothing.
  *
  *		Housekeeping (forgetting old released names, trimming the history)
  *		forgets each name in a subtransaction of its own: a row that cannot
@@ -65,17 +68,21 @@
 #include "floor.h"
 #include "history.h"
 #include "hoplock.h"
+#include "keepalive.h"
 #include "lease.h"
 #include "schedule.h"
 #include "settings.h"
 #include "shmem.h"
+#include "slotkey.h"
 #include "storage.h"
+#include "subxact.h"
 #include "termlock.h"
 #include "workers.h"
 
 #include <signal.h>
 
 
+#include "access/subtrans.h"
 #include "access/xact.h"
 #include "commands/async.h"
 #include "commands/dbcommands.h"
@@ -100,11 +107,28 @@
 #include "utils/timestamp.h"
 
 /*
- * Leases looked at, or names forgotten, per transaction.  Small: the rows a
- * transaction announces or forgets stay locked until it commits, and an
- * acquire of one of them waits for that (lease.c, ANNOUNCE_WAIT_POLLS).
+ * Names forgotten, or ended sessions' terms ended, per transaction; and the
+ * leases looked at per transaction whatever the time (ANNOUNCE_BATCH).
+ * Small: the rows a transaction announces or forgets stay locked until it
+ * commits, and an acquire of one of them waits for that (lease.c,
+ * ANNOUNCE_WAIT_POLLS).
  */
 #define BATCH			64
+
+/*
+ * Terms announced per transaction when many are due at once (a mass
+ * lapse): at most ANNOUNCE_BATCH, and past BATCH no more once the batch
+ * has worked ANNOUNCE_BATCH_US, so that an acquire of one of them never
+ * waits for it longer than ANNOUNCE_WAIT_POLLS allow.  Each term is still
+ * announced on its own (its row read again under its term lock, its own
+ * event, history row and waiters); what a larger batch saves is the
+ * commits, with their WAL flushes, and the delivery transactions after
+ * them.  A term renewed meanwhile is left out, and the batch locks no row
+ * but those of the lapsed terms it announces: renewals of other terms
+ * never wait for it.
+ */
+#define ANNOUNCE_BATCH		512
+#define ANNOUNCE_BATCH_US	(20 * 1000)
 
 /* Rows of the table read per round of a pass */
 #define SCAN_BATCH		1000
@@ -112,6 +136,8 @@
 /* A lease being changed right now is looked at again this much later */
 #define RETRY_MIN_US	(10 * 1000)
 #define RETRY_MAX_US	(1000 * 1000)
+/* look again this soon after ending a hung holder: there may be another */
+#define AFTER_END_US	(50 * 1000)
 
 /*
  * A table locked by maintenance (LOCK TABLE, VACUUM FULL, CLUSTER...) is
@@ -178,6 +204,44 @@ static TimestampTz next_trim = 0;
 static bool in_sweep = false;
 static bool in_trim = false;
 static text *sweep_after = NULL;	/* in TopMemoryContext */
+
+/*
+ * Each reads a whole table (the sweep the lease table, the trimming the
+ * history), so each runs again only when it may find something to do: a
+ * term began or ended since its last whole run began (every change of a
+ * term records events, and the transaction that recorded them, if any
+ * was other than "renewed", sets the slot's terms_changed once it
+ * committed: changes_seen counts the times the worker found it set), a
+ * name that run saw released has since passed
+ * hoplock.released_retention, or that run left something it could not
+ * remove.  Many leases held, none changing: the worker reads neither
+ * table.
+ *
+ * Some writes record no event: a pg_restore's (or a superuser's) own rows
+ * of the tables, written after the worker's first run found them empty.
+ * So each also runs whole at least every HOUSEKEEPING_WHOLE_US, and the
+ * sweep at least every hoplock.released_retention if that is shorter: a
+ * name such a write left released is forgotten, and a history it left
+ * too long trimmed, however long nothing changes.
+ */
+#define HOUSEKEEPING_WHOLE_US	(3600 * USECS_PER_SEC)
+
+static uint64 changes_seen = 0;
+static bool sweep_clean = false;	/* a whole sweep ran, and ... */
+static uint64 sweep_changes = 0;	/* ... began at this changes_seen */
+static TimestampTz sweep_waiting = DT_NOEND;	/* the earliest end of a
+												 * name it left for later */
+static bool sweep_again = false;	/* it left a name it could not forget */
+static TimestampTz sweep_began = 0;	/* ... and began then */
+static uint64 sweep_run_changes = 0;	/* of the sweep in progress */
+static TimestampTz sweep_run_began = 0;
+static TimestampTz sweep_run_waiting = DT_NOEND;
+static bool sweep_run_again = false;
+static bool trim_clean = false; /* a whole trimming ran, and ... */
+static uint64 trim_changes = 0; /* ... began at this changes_seen */
+static TimestampTz trim_began = 0;	/* ... and began then */
+static uint64 trim_run_changes = 0; /* of the trimming in progress */
+static TimestampTz trim_run_began = 0;
 
 /*
  * Sending the events (delivery.c): after each round, if a transaction that
@@ -266,6 +330,24 @@ remember_session_end(const char *name, int namelen, int32 pid,
  * Reading the table
  * ---------------------------------------------------------------------
  */
+
+/*
+ * Schedule running term "lease" at "when": a term attached to a keepalive
+ * by its keepalive, which one entry watches for all of its terms.
+ */
+static void
+schedule_term(const char *name, int namelen, const Lease *lease,
+			  TimestampTz when)
+{
+	char		key[HL_KEEPALIVE_KEY_LEN];
+
+	if (lease->keepalive > 0)
+		hl_schedule_add(schedule, key, hl_keepalive_key(lease->keepalive, key),
+						when);
+	else
+		hl_schedule_add(schedule, name, namelen, when);
+}
+
 static bool
 scan_row(const Lease *lease, void *arg)
 {
@@ -304,9 +386,19 @@ scan_row(const Lease *lease, void *arg)
 							 ENDS_ABANDONED, lease->generation);
 
 	/* the schedule keeps the earliest, whatever order the rows come in */
-	hl_schedule_add(schedule, VARDATA_ANY(lease->name),
-					VARSIZE_ANY_EXHDR(lease->name), lease->expires_at);
+	schedule_term(VARDATA_ANY(lease->name), VARSIZE_ANY_EXHDR(lease->name),
+				  lease, lease->expires_at);
 	return true;
+}
+
+/* Schedule keepalive "k" (hl_keepalive_scan) at its expiry. */
+static void
+schedule_keepalive(const Keepalive *k, void *arg)
+{
+	char		key[HL_KEEPALIVE_KEY_LEN];
+
+	hl_schedule_add(schedule, key, hl_keepalive_key(k->id, key),
+					k->expires_at);
 }
 
 /* One round of a pass: the next SCAN_BATCH rows. */
@@ -328,7 +420,13 @@ pass_round(void)
 	MemoryContextSwitchTo(old);
 
 	if (rows < SCAN_BATCH)
+	{
 		in_pass = false;		/* the end of the table */
+		/* and every keepalive, named by a running term or not any more */
+		hl_keepalive_scan(schedule_keepalive, NULL);
+		/* none at all: term changes need not look for one */
+		hl_keepalives_try_clear();
+	}
 }
 
 /* ---------------------------------------------------------------------
@@ -347,19 +445,35 @@ static bool
 sweep_row(const Lease *lease, void *arg)
 {
 	SweepRound *round = (SweepRound *) arg;
+	MemoryContext old;
 
-	/* (nor one whose hold's end is still to be announced) */
-	if (lease->state != LEASE_STATE_HELD && lease->expires_at < round->cutoff &&
-		!hl_hold_pending(lease) &&
-		VARSIZE_ANY_EXHDR(lease->name) <= HL_MAX_NAME_BYTES)
+	/*
+	 * A name released or lapsed before the cutoff (nor one whose hold's end
+	 * is still to be announced, nor a slot's row: it goes with its name's,
+	 * all of them together once none is in use -- slotforget.c)
+	 */
+	if (lease->state == LEASE_STATE_HELD ||
+		VARSIZE_ANY_EXHDR(lease->name) > HL_MAX_NAME_BYTES ||
+		memchr(VARDATA_ANY(lease->name), HL_SLOT_SEP,
+			   VARSIZE_ANY_EXHDR(lease->name)) != NULL)
+		return true;
+	if (hl_hold_pending(lease))
 	{
-		MemoryContext old = MemoryContextSwitchTo(round->context);
-
-		round->names = lappend(round->names,
-							   PG_DETOAST_DATUM_COPY(PointerGetDatum(lease->name)));
-		round->greatest = Max(round->greatest, lease->generation);
-		MemoryContextSwitchTo(old);
+		/* its hold ends soon: look again then */
+		sweep_run_again = true;
+		return true;
 	}
+	if (lease->expires_at >= round->cutoff)
+	{
+		/* forgotten by a later sweep, due when this one passes retention */
+		sweep_run_waiting = Min(sweep_run_waiting, lease->expires_at);
+		return true;
+	}
+	old = MemoryContextSwitchTo(round->context);
+	round->names = lappend(round->names,
+						   PG_DETOAST_DATUM_COPY(PointerGetDatum(lease->name)));
+	round->greatest = Max(round->greatest, lease->generation);
+	MemoryContextSwitchTo(old);
 	/* a round forgets at most BATCH names: stop reading there */
 	return list_length(round->names) < BATCH;
 }
@@ -433,6 +547,8 @@ forget_isolated(text *name, TimestampTz cutoff, int64 floor_raised)
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(context);
 		CurrentResourceOwner = owner;
+		if (!done)
+			sweep_run_again = true;
 		if (done && unforgettable != NULL &&
 			hash_get_num_entries(unforgettable) > 0)
 		{
@@ -448,12 +564,8 @@ forget_isolated(text *name, TimestampTz cutoff, int64 floor_raised)
 	{
 		ErrorData  *edata;
 
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
+		edata = hl_subxact_caught(context, owner);
+		sweep_run_again = true;
 		report_unforgettable(name, edata);
 		FreeErrorData(edata);
 	}
@@ -490,6 +602,10 @@ sweep_round(TimestampTz now)
 		if (sweep_after != NULL)
 			pfree(sweep_after);
 		sweep_after = NULL;
+		sweep_run_changes = changes_seen;
+		sweep_run_began = now;
+		sweep_run_waiting = DT_NOEND;
+		sweep_run_again = false;
 	}
 
 	round.context = CurrentMemoryContext;
@@ -504,6 +620,8 @@ sweep_round(TimestampTz now)
 							round.greatest);
 		}
 	}
+	else if (round.names != NIL)
+		sweep_run_again = true; /* the floor is busy: next sweep */
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	if (sweep_after != NULL)
 		pfree(sweep_after);
@@ -515,7 +633,36 @@ sweep_round(TimestampTz now)
 		/* the end of the table */
 		in_sweep = false;
 		next_sweep = now + HOUSEKEEPING_EVERY_US;
+		sweep_clean = true;
+		sweep_changes = sweep_run_changes;
+		sweep_began = sweep_run_began;
+		sweep_waiting = sweep_run_waiting;
+		sweep_again = sweep_run_again;
 	}
+}
+
+/*
+ * Is a sweep due now?  When one is not wanted (see changes_seen), the next
+ * look is HOUSEKEEPING_EVERY_US later.
+ */
+static bool
+sweep_due(TimestampTz now)
+{
+	if (in_sweep)
+		return true;
+	if (now < next_sweep)
+		return false;
+	if (hl_released_retention > 0)
+	{
+		int64		retention = (int64) hl_released_retention * USECS_PER_SEC;
+
+		if (!sweep_clean || sweep_again || changes_seen != sweep_changes ||
+			(sweep_waiting != DT_NOEND && sweep_waiting < now - retention) ||
+			now - sweep_began >= Min(retention, HOUSEKEEPING_WHOLE_US))
+			return true;
+	}
+	next_sweep = now + HOUSEKEEPING_EVERY_US;
+	return false;
 }
 
 /*
@@ -526,25 +673,52 @@ sweep_round(TimestampTz now)
 static void
 trim_round(TimestampTz now)
 {
+	bool		left = false;
+
 	if (!in_trim)
 	{
 		if (now < next_trim)
 			return;
 		in_trim = true;
+		trim_run_changes = changes_seen;
+		trim_run_began = now;
 	}
-	if (hl_history_size <= 0 || hl_history_prune(PRUNE_BATCH) < PRUNE_BATCH)
+	if (hl_history_size <= 0 ||
+		hl_history_prune(PRUNE_BATCH, &left) < PRUNE_BATCH)
 	{
 		in_trim = false;
 		next_trim = now + HOUSEKEEPING_EVERY_US;
+		/* rows it could not drop: tried again at each trimming */
+		trim_clean = !left;
+		trim_changes = trim_run_changes;
+		trim_began = trim_run_began;
 	}
 }
 
 /*
- * Lock the lease table (and, for announcing, the history and the event
- * sequence) for the rest of the transaction, as every call does, waiting
- * no more than a call would (hl_open); what the worker does next then finds
- * them locked already.  Returns false, leaving the round's work for a
- * little later, if maintenance holds or awaits a conflicting lock (LOCK
+ * Is a trimming due now?  When one is not wanted (see changes_seen), the
+ * next look is HOUSEKEEPING_EVERY_US later.
+ */
+static bool
+trim_due(TimestampTz now)
+{
+	if (in_trim)
+		return true;
+	if (now < next_trim)
+		return false;
+	if (!trim_clean || changes_seen != trim_changes ||
+		now - trim_began >= HOUSEKEEPING_WHOLE_US)
+		return true;
+	next_trim = now + HOUSEKEEPING_EVERY_US;
+	return false;
+}
+
+/*
+ * Lock the lease table and the keepalive table (and, for announcing, the
+ * history, the event log and the event sequence) for the rest of the
+ * transaction, as every call does, waiting no more than a call would
+ * (hl_open); what the worker does next then finds them locked already.
+ * Returns false, leaving the round's work for a little later, if maintenance holds or awaits a conflicting lock (LOCK
  * TABLE, VACUUM FULL, CLUSTER, REINDEX...): that is contention, not an
  * error, in every path of the worker.
  */
@@ -556,6 +730,15 @@ lock_tables(bool announcing)
 	if (!hl_open(HL_REL_LEASE, RowExclusiveLock, false, &rel))
 		return false;
 	hl_close(&rel, true);
+
+	/*
+	 * Every reader of a term attached to a keepalive reads the keepalive
+	 * too, and would raise, not contend, if its table were locked: held
+	 * for the round, later openings find the lock taken.
+	 */
+	if (!hl_open(HL_REL_KEEPALIVE, AccessShareLock, false, &rel))
+		return false;
+	hl_close(&rel, true);
 	if (!announcing)
 		return true;
 	if (hl_history_size > 0)
@@ -564,6 +747,9 @@ lock_tables(bool announcing)
 			return false;
 		hl_close(&rel, true);
 	}
+	/* (an announcement's event would otherwise raise, not contend) */
+	if (!hl_lock_table(HL_REL_EVENT, RowExclusiveLock, NULL, NULL))
+		return false;
 	return hl_history_lock();
 }
 
@@ -653,6 +839,50 @@ may_end_holder(Oid session_role, Oid term_role)
 }
 
 /*
+ * Session "pid" holds up "what" (for the log: a lease, or an owner's
+ * keepalive), of role "owner_roleid", lapsed at "expires_at", longer than
+ * hoplock.hung_holder_timeout after: end it, if it may (may_end_holder).
+ * "fence": it holds a fence, not an uncommitted change ("change": what).
+ */
+static bool
+end_holder(int pid, const char *what, const char *change, Oid owner_roleid,
+		   TimestampTz expires_at, bool fence)
+{
+	PGPROC	   *proc;
+
+	if (pid == 0 || pid == MyProcPid)
+		return false;
+	proc = BackendPidGetProc(pid);
+	if (proc == NULL)
+		return false;
+	if (!may_end_holder(proc->roleId, owner_roleid))
+	{
+		ereport(LOG,
+				(errmsg("hoplock: not ending process %d, which holds up %s after it lapsed",
+						pid, what),
+				 errdetail("The role of its session does not have the privileges of the role that began the term.")));
+		return false;
+	}
+
+	ereport(LOG,
+			(errmsg("hoplock: terminating process %d, which holds up %s after it lapsed",
+					pid, what),
+			 fence ?
+			 errdetail("It has held a fence of the term since before it lapsed at %s, longer than \"hoplock.hung_holder_timeout\" (%d ms) after.",
+					   timestamptz_to_str(expires_at), hl_hung_holder_timeout) :
+			 errdetail("Its transaction has left %s uncommitted for longer than \"hoplock.hung_holder_timeout\" (%d ms) after it lapsed at %s.",
+					   change, hl_hung_holder_timeout,
+					   timestamptz_to_str(expires_at))));
+	if (kill(pid, SIGTERM) != 0)
+		return false;
+	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
+	if (slot_is_mine())
+		my_slot->stats.terminated++;
+	LWLockRelease(my_slot->lock);
+	return true;
+}
+
+/*
  * A lapsed term is held up by a session -- a fence of it, or an
  * uncommitted renewal of it, in a transaction that does not end -- for
  * longer than hoplock.hung_holder_timeout after it lapsed: end that
@@ -660,49 +890,63 @@ may_end_holder(Oid session_role, Oid term_role)
  * (may_end_holder).  A term change in flight (a new term not yet
  * committed) is left alone.
  */
-static void
+static bool
 end_hung_holder(text *name, const Lease *lease, TimestampTz now)
 {
 	HlBlockerKind kind;
 	int			pid;
-	PGPROC	   *proc;
 
 	if (hl_hung_holder_timeout <= 0 ||
 		now - lease->expires_at < (int64) hl_hung_holder_timeout * 1000)
-		return;
+		return false;
 	pid = hl_lease_blocker(name, &kind);
-	if (pid == 0 || pid == MyProcPid ||
-		(kind != BLOCKER_FENCE && kind != BLOCKER_ROW_CHANGE))
-		return;
-	proc = BackendPidGetProc(pid);
-	if (proc == NULL)
-		return;
-	if (!may_end_holder(proc->roleId, lease->owner_roleid))
-	{
-		ereport(LOG,
-				(errmsg("hoplock: not ending process %d, which holds up lease %s (generation " INT64_FORMAT ") after it lapsed",
-						pid, quote_literal_cstr(text_to_cstring(name)),
-						lease->generation),
-				 errdetail("The role of its session does not have the privileges of the role that began the term.")));
-		return;
-	}
+	if (kind != BLOCKER_FENCE && kind != BLOCKER_ROW_CHANGE)
+		return false;
+	return end_holder(pid,
+					  psprintf("lease %s (generation " INT64_FORMAT ")",
+							   quote_literal_cstr(text_to_cstring(name)),
+							   lease->generation),
+					  "a change of the term", lease->owner_roleid, lease->expires_at,
+					  kind == BLOCKER_FENCE);
+}
 
-	ereport(LOG,
-			(errmsg("hoplock: terminating process %d, which holds up lease %s (generation " INT64_FORMAT ") after it lapsed",
-					pid, quote_literal_cstr(text_to_cstring(name)),
-					lease->generation),
-			 kind == BLOCKER_FENCE ?
-			 errdetail("It has held a fence of the term since before it lapsed at %s, longer than \"hoplock.hung_holder_timeout\" (%d ms) after.",
-					   timestamptz_to_str(lease->expires_at), hl_hung_holder_timeout) :
-			 errdetail("Its transaction has left a change of the term uncommitted since before it lapsed at %s, longer than \"hoplock.hung_holder_timeout\" (%d ms) after.",
-					   timestamptz_to_str(lease->expires_at), hl_hung_holder_timeout)));
-	if (kill(pid, SIGTERM) == 0)
-	{
-		LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
-		if (slot_is_mine())
-			my_slot->stats.terminated++;
-		LWLockRelease(my_slot->lock);
-	}
+/*
+ * A lapsed keepalive "k" is held up by transaction "xid" (a renewal of it,
+ * uncommitted; it may be a subtransaction): every term attached to it is
+ * in flight to the lease core until that ends.  End its session as a hung
+ * holder of a term is ended (end_hung_holder).
+ */
+static bool
+end_keepalive_holder(const Keepalive *k, TransactionId xid, TimestampTz now)
+{
+	if (hl_hung_holder_timeout <= 0 ||
+		now - k->expires_at < (int64) hl_hung_holder_timeout * 1000)
+		return false;
+	return end_holder(BackendXidGetPid(SubTransGetTopmostTransaction(xid)),
+					  psprintf("the keepalive of owner %s",
+							   quote_literal_cstr(text_to_cstring(k->owner))),
+					  "a write of the keepalive", k->owner_roleid, k->expires_at, false);
+}
+
+/*
+ * When to look again at a lapsed term that a session holds up, "since" the
+ * moment the term lapsed: at the backoff of retry_at, but no later than
+ * the moment hoplock.hung_holder_timeout lets the holder be ended, and
+ * soon after one was ended ("ended"), as another session may hold the
+ * term up too (a leader's fence, and its renewal on another connection).
+ */
+static TimestampTz
+held_up_retry_at(TimestampTz now, TimestampTz since, bool ended)
+{
+	TimestampTz next = retry_at(now, since);
+	TimestampTz due;
+
+	if (ended)
+		return Min(next, now + AFTER_END_US);
+	if (hl_hung_holder_timeout <= 0)
+		return next;
+	due = since + (int64) hl_hung_holder_timeout * 1000;
+	return due > now ? Min(next, due) : next;
 }
 
 /*
@@ -725,15 +969,13 @@ watch_fence(const char *name, int namelen, text *tname, const Lease *lease,
 		return;
 	due = lease->expires_at + (int64) hl_hung_holder_timeout * 1000;
 	if (now >= due)
-	{
-		end_hung_holder(tname, lease, now);
-		due = retry_at(now, lease->expires_at);
-	}
+		due = held_up_retry_at(now, lease->expires_at,
+							   end_hung_holder(tname, lease, now));
 	hl_schedule_add(schedule, name, namelen, due);
 }
 
 /* Announce one lease if its term lapsed; otherwise schedule it again. */
-static void
+static LeaseOutcome
 look_at(const char *name, int namelen, int64 *announced, int64 *lag)
 {
 	LeaseRequest req = {0};
@@ -761,23 +1003,211 @@ look_at(const char *name, int namelen, int64 *announced, int64 *lag)
 	}
 	else if (outcome == LEASE_CONTENDED)
 	{
-		/* being changed right now, or the table is locked: look again */
-		TimestampTz since = now;
-
-		if (found && result.state == LEASE_STATE_HELD &&
-			result.expires_at <= now)
-		{
-			since = result.expires_at;
-			end_hung_holder(req.name, &result, now);
-		}
-		hl_schedule_add(schedule, name, namelen, retry_at(now, since));
+		/*
+		 * Being changed right now, or a table is locked: look again at what
+		 * the committed state still has due.  (What the change begins, it
+		 * posts itself once committed.)  A lapsed term, later the longer it
+		 * has been lapsed; so the end of a hold (min_hold), once over, and
+		 * not before; a running term at its expiry; a name ended and
+		 * announced, never.  So a change left open costs the worker almost
+		 * nothing, however long it lasts.
+		 */
+		if (!found)
+			hl_schedule_add(schedule, name, namelen, retry_at(now, now));
+		else if (result.state == LEASE_STATE_HELD && result.expires_at <= now)
+			hl_schedule_add(schedule, name, namelen,
+							held_up_retry_at(now, result.expires_at,
+											 end_hung_holder(req.name, &result,
+															 now)));
+		else if (result.state == LEASE_STATE_HELD)
+			hl_schedule_add(schedule, name, namelen, result.expires_at);
+		else if (hl_hold_pending(&result))
+			hl_schedule_add(schedule, name, namelen,
+							Max(retry_at(now, Min(now, result.hold_until)),
+								result.hold_until));
 	}
 	else if (found && result.state == LEASE_STATE_HELD)
-		hl_schedule_add(schedule, name, namelen, result.expires_at);
+		schedule_term(name, namelen, &result, result.expires_at);
 	else if (found && hl_hold_pending(&result))
 		hl_schedule_add(schedule, name, namelen, result.hold_until);
 	else if (found && result.state == LEASE_STATE_EXPIRED)
 		watch_fence(name, namelen, req.name, &result, now);
+	return outcome;
+}
+
+/* A keepalive was deleted: see at the next round whether any is left */
+static bool keepalive_deleted = false;
+
+/* The names of the terms attached to one keepalive (collect_attached) */
+typedef struct Attached
+{
+	int64		id;
+	int			limit;			/* the room left in the round's batch */
+	char	  **names;
+	int		   *lens;
+	int			n;
+} Attached;
+
+static bool
+collect_attached(const Lease *lease, void *arg)
+{
+	Attached   *a = (Attached *) arg;
+
+	if (lease->keepalive != a->id || lease->state != LEASE_STATE_HELD)
+		return true;
+	if (a->n == a->limit)
+		return false;			/* (n + 1: more are left) */
+	a->lens[a->n] = VARSIZE_ANY_EXHDR(lease->name);
+	a->names[a->n] = MemoryContextAlloc(round_context, a->lens[a->n]);
+	memcpy(a->names[a->n], VARDATA_ANY(lease->name), a->lens[a->n]);
+	a->n++;
+	return true;
+}
+
+/*
+ * Collect into "a" the names of up to "room" (at least one) terms attached
+ * to keepalive "id".  Returns what hl_store_scan_keepalive returns (below
+ * zero: its index is locked), or -1 if the lease table is locked.
+ */
+static int
+collect_keepalive_terms(int64 id, int room, Attached *a)
+{
+	HlRelation	lease_rel;
+	Snapshot	snapshot;
+	int			rows;
+
+	if (!hl_open(HL_REL_LEASE, AccessShareLock, false, &lease_rel))
+		return -1;
+	a->id = id;
+	a->limit = Max(room, 1);
+	a->names = MemoryContextAlloc(round_context, sizeof(char *) * a->limit);
+	a->lens = MemoryContextAlloc(round_context, sizeof(int) * a->limit);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	rows = hl_store_scan_keepalive(&lease_rel, id, false, snapshot,
+								   collect_attached, a);
+	UnregisterSnapshot(snapshot);
+	hl_close(&lease_rel, false);
+	return rows;
+}
+
+/*
+ * Keepalive "id" is due (key: its schedule key) and its row is gone: a
+ * superuser deleted it, or a restore brought its terms without it.  The
+ * terms still attached to it run on their own expires_at (as every reader
+ * takes it, hl_keepalive_apply): look at each by name, announcing those
+ * lapsed and scheduling the others, at most "room" (at least one) in this
+ * round.  Returns how many it looked at.
+ */
+static int
+look_at_orphans(int64 id, const char *key, int keylen, int room,
+				int64 *announced, int64 *lag)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	Attached	a = {0};
+	int			rows;
+
+	rows = collect_keepalive_terms(id, room, &a);
+	if (rows < 0 || (rows > 0 && a.n == a.limit))
+		hl_schedule_add(schedule, key, keylen,
+						rows < 0 ? retry_at(now, now) : now);
+	for (int i = 0; i < a.n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		(void) look_at(a.names[i], a.lens[i], announced, lag);
+	}
+	return Max(a.n, 1);
+}
+
+/*
+ * Keepalive "id" is due (key: its schedule key).  Still running: schedule
+ * it again.  Lapsed: write its row first, so that a renewal racing this
+ * finds it being changed (and one that wrote first makes this wait), then
+ * announce each of its terms as look_at announces any term -- each its
+ * own "expired" event, its waiters woken -- and delete it once none is
+ * left.  At most "room" terms (at least one) in this round, whose
+ * transaction announces at most ANNOUNCE_BATCH terms; past the first "sure"
+ * ones, none once it is "stop_at" (the round's batch has worked long
+ * enough): the rest at the next round.  Returns how many it looked at.
+ */
+static int
+look_at_keepalive(int64 id, const char *key, int keylen, int room, int sure,
+				  TimestampTz stop_at, int64 *announced, int64 *lag)
+{
+	HlRelation	rel;
+	SnapshotData dirty;
+	Keepalive	k;
+	TimestampTz now = GetCurrentTimestamp();
+	Attached	a = {0};
+	int			left = 0;
+	int			rows;
+	int			i;
+	bool		more;
+
+	if (!hl_open(HL_REL_KEEPALIVE, RowExclusiveLock, false, &rel))
+	{
+		hl_schedule_add(schedule, key, keylen, retry_at(now, now));
+		return 1;
+	}
+	InitDirtySnapshot(dirty);
+	hl_keepalive_fetch(&rel, id, &dirty, &k);
+	now = GetCurrentTimestamp();
+	if (!k.found)
+	{
+		hl_close(&rel, false);
+		return look_at_orphans(id, key, keylen, room, announced, lag);
+	}
+	if (now < k.expires_at)
+	{
+		hl_close(&rel, false);
+		hl_schedule_add(schedule, key, keylen, k.expires_at);
+		return 1;
+	}
+	if (TransactionIdIsValid(k.inflight) ||
+		hl_keepalive_update(&rel, &k) != TM_Ok)
+	{
+		/* a renewal left uncommitted holds up every term of it */
+		bool		ended = TransactionIdIsValid(k.inflight) &&
+			end_keepalive_holder(&k, k.inflight, now);
+
+		hl_close(&rel, false);
+		hl_schedule_add(schedule, key, keylen,
+						held_up_retry_at(now, k.expires_at, ended));
+		return 1;
+	}
+
+	/* its terms, a batch at a time */
+	rows = collect_keepalive_terms(id, room, &a);
+	if (rows < 0)
+	{
+		/* a table or its index is locked: contention */
+		hl_close(&rel, true);
+		hl_schedule_add(schedule, key, keylen, retry_at(now, k.expires_at));
+		return 1;
+	}
+	more = rows > 0 && a.n == a.limit;
+
+	for (i = 0; i < a.n; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (i >= sure && GetCurrentTimestamp() >= stop_at)
+		{
+			more = true;
+			break;
+		}
+		if (look_at(a.names[i], a.lens[i], announced, lag) ==
+			LEASE_CONTENDED)
+			left++;
+	}
+	if (left == 0 && !more)
+	{
+		(void) hl_keepalive_delete(&rel, &k.tid);
+		keepalive_deleted = true;
+	}
+	else
+		hl_schedule_add(schedule, key, keylen,
+						more && left == 0 ? now : retry_at(now, k.expires_at));
+	hl_close(&rel, true);
+	return Max(i, 1);
 }
 
 /*
@@ -878,10 +1308,40 @@ housekeeping(void (*step) (TimestampTz now), const char *activity,
 }
 
 /*
+ * Announcements still due after this round's batch (a mass lapse), and
+ * since when: housekeeping waits for them, HOUSEKEEPING_DEFER_US at most
+ */
+static bool due_left = false;
+static TimestampTz due_left_since = 0;
+
+#define HOUSEKEEPING_DEFER_US	(1 * USECS_PER_SEC)
+
+/*
+ * May housekeeping (the trimming, the sweep) run after this round?  Not
+ * while terms are still due from a mass lapse: a round of it (thousands of
+ * rows) would delay their events.  But not put off for more than
+ * HOUSEKEEPING_DEFER_US, however long lapses keep coming.
+ */
+static bool
+may_keep_house(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!due_left)
+	{
+		due_left_since = 0;
+		return true;
+	}
+	if (due_left_since == 0)
+		due_left_since = now;
+	return now - due_left_since >= HOUSEKEEPING_DEFER_US;
+}
+
+/*
  * The round's work on the lease table, which lock_tables() locked: a round
- * of the pass in progress, the leases due (BATCH at most), the ended
- * sessions due.  Returns true if more is due right now; sets
- * *next_session.
+ * of the pass in progress, the leases due (ANNOUNCE_BATCH at most, in
+ * the order of their deadlines), the ended sessions due.  Returns true if
+ * more is due right now; sets *next_session.
  */
 static bool
 announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
@@ -890,6 +1350,7 @@ announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
 	int			namelen;
 	TimestampTz when;
 	TimestampTz now;
+	TimestampTz stop_at;
 	int			n = 0;
 	bool		more;
 
@@ -917,16 +1378,36 @@ announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
 			pass_not_before = now + PASS_PAUSE_FACTOR * pass_spent;
 	}
 
+	/* the last keepalive deleted in an earlier round: maybe none is left */
+	if (keepalive_deleted)
+	{
+		keepalive_deleted = false;
+		hl_keepalives_try_clear();
+	}
+
 	set_state(WORKER_ANNOUNCING);
 	now = GetCurrentTimestamp();
-	while (n < BATCH &&
+	stop_at = now + ANNOUNCE_BATCH_US;
+	while (n < ANNOUNCE_BATCH &&
+		   (n < BATCH || GetCurrentTimestamp() < stop_at) &&
 		   hl_schedule_take_due(schedule, now, name, &namelen, &when))
 	{
+		int64		keepalive;
+
 		CHECK_FOR_INTERRUPTS();
-		look_at(name, namelen, announced, lag);
-		n++;
+		if (hl_keepalive_parse_key(name, namelen, &keepalive))
+			n += look_at_keepalive(keepalive, name, namelen,
+								   ANNOUNCE_BATCH - n, Max(BATCH - n, 1),
+								   stop_at, announced, lag);
+		else
+		{
+			(void) look_at(name, namelen, announced, lag);
+			n++;
+		}
 	}
-	more = (n == BATCH) || in_pass || pass_wanted ||
+	due_left = n >= ANNOUNCE_BATCH ||
+		(n >= BATCH && GetCurrentTimestamp() >= stop_at);
+	more = due_left || in_pass || pass_wanted ||
 		(pass_asked && now >= pass_not_before);
 	if (hash_get_num_entries(session_ends) > 0)
 		*next_session = end_sessions();
@@ -954,6 +1435,9 @@ deliver_events(void)
 	}
 	if (pg_atomic_exchange_u32(&my_slot->events_pending, 0) != 0)
 		delivery_due = true;
+	/* (a renewal, even announced, begins and ends no term) */
+	if (pg_atomic_exchange_u32(&my_slot->terms_changed, 0) != 0)
+		changes_seen++;
 	if (!delivery_due || now < delivery_paused_until)
 		return false;
 	/* (stays due if it fails: the error pause, then again) */
@@ -991,6 +1475,7 @@ run_round(bool *gone, TimestampTz *next_session)
 
 	*next_session = DT_NOEND;
 	table_busy = false;
+	due_left = false;
 	MemoryContextReset(round_context);
 	old = MemoryContextSwitchTo(round_context);
 	nmsgs = read_mailbox(&msgs);
@@ -1037,12 +1522,12 @@ run_round(bool *gone, TimestampTz *next_session)
 	 * Housekeeping in transactions of its own, so that the rows announced
 	 * above are not kept locked while it runs: the trimming, then the sweep.
 	 */
-	if (!*gone && !table_busy &&
-		(in_trim || GetCurrentTimestamp() >= next_trim))
+	if (!*gone && !table_busy && may_keep_house() &&
+		trim_due(GetCurrentTimestamp()))
 		housekeeping(trim_round, "hoplock housekeeping: trimming the history",
 					 false, gone);
-	if (!*gone && !table_busy &&
-		(in_sweep || GetCurrentTimestamp() >= next_sweep))
+	if (!*gone && !table_busy && may_keep_house() &&
+		sweep_due(GetCurrentTimestamp()))
 		housekeeping(sweep_round, "hoplock housekeeping: forgetting names",
 					 true, gone);
 	more = more || ((in_sweep || in_trim) && !table_busy);
@@ -1140,9 +1625,12 @@ static void
 reload_settings(void)
 {
 	int			old_max = hl_max_tracked;
+	int			old_history_size = hl_history_size;
 
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
+	if (hl_history_size != old_history_size)
+		trim_clean = false;
 	if (hl_max_tracked != old_max)
 	{
 		hl_schedule_reset(schedule, hl_max_tracked);
@@ -1172,6 +1660,7 @@ recover_from_error(long *pause_ms)
 	pass_after = NULL;
 	in_sweep = false;
 	in_trim = false;
+	sweep_clean = trim_clean = false;
 	if (sweep_after != NULL)
 		pfree(sweep_after);
 	sweep_after = NULL;

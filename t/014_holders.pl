@@ -115,6 +115,43 @@ ok(!$node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE pi
 $follower->quit;
 eval { $fencer->quit };
 
+# --- Two sessions hold a lapsed term up at once -----------------------------------
+# A paused leader can hold its term up on two connections: a fence on one,
+# an uncommitted renewal on the other.  The worker ends the first when
+# hoplock.hung_holder_timeout is up, not at its next backoff retry (it was
+# up to a second late with 5 s), and the second right after it, not a
+# retry later (a second more).
+$node->append_conf('postgresql.conf', "hoplock.hung_holder_timeout = '3s'");
+$node->reload;
+$node->poll_query_until('postgres', q{SELECT current_setting('hoplock.hung_holder_timeout') = '3s'})
+  or die 'no reload';
+usleep(200_000);    # the worker reads the file on its next loop
+my $two_a = $node->background_psql('postgres', on_error_stop => 0);
+my $two_b = $node->background_psql('postgres', on_error_stop => 0);
+my $two_a_pid = $two_a->query_safe('SELECT pg_backend_pid()');
+my $two_b_pid = $two_b->query_safe('SELECT pg_backend_pid()');
+my ($g_two, $lapse) = split /\|/, $two_a->query_safe(
+	q{SELECT generation || '|' || extract(epoch FROM expires_at) FROM hoplock_acquire('two', 't', '1 s')});
+$two_a->query_safe(q{BEGIN});
+$two_a->query_safe(qq{SELECT hoplock_fence('two', $g_two)});
+$two_b->query_safe(q{BEGIN});
+$two_b->query_safe(qq{SELECT generation FROM hoplock_renew('two', 't', '1 s', $g_two)});
+$node->poll_query_until('postgres',
+	qq{SELECT generation > $g_two FROM hoplock_acquire('two', 'taker', '1 h')}, 't')
+  or die 'never taken over';
+$took = time() - $lapse;
+cmp_ok($took, '>=', 2.9, sprintf('taken over %.2f s after the lapse: not before hung_holder_timeout (3 s)', $took));
+cmp_ok($took, '<', 3.6, sprintf('... and %.2f s, not a retry or two after it', $took));
+is($node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE pid IN ($two_a_pid, $two_b_pid)"),
+	'0', 'both sessions holding the lapsed term up were ended');
+eval { $two_a->quit };
+eval { $two_b->quit };
+$node->append_conf('postgresql.conf', "hoplock.hung_holder_timeout = '1s'");
+$node->reload;
+$node->poll_query_until('postgres', q{SELECT current_setting('hoplock.hung_holder_timeout') = '1s'})
+  or die 'no reload';
+usleep(200_000);
+
 # --- A hung holder with a row lock that a change waits for ------------------------
 # FOR SHARE on the lease row keeps the worker from announcing the lapse, as
 # an uncommitted renewal would: it is named and ended alike.  FOR KEY SHARE

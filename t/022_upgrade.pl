@@ -271,6 +271,16 @@ is( $node->safe_psql('legacy', q{
 		  FROM hoplock.hoplock_history WHERE ended_at IS NOT NULL}),
 	'bound/8/session ended lapsed/4/expired lapsing/2/expired',
 	'the history records how the terms held across the update ended');
+# The running terms are the lease rows in state h: each shown once, with
+# ended_at NULL, those begun before the update too.
+my ($shown, $running, $twice) = split /\|/, $node->safe_psql('legacy', q{
+	SELECT (SELECT count(*) FROM hoplock.hoplock_history WHERE ended_at IS NULL),
+	       (SELECT count(*) FROM hoplock_internal.lease WHERE state = 'h'),
+	       (SELECT count(*) FROM (SELECT name, generation FROM hoplock.hoplock_history
+	                               GROUP BY name, generation HAVING count(*) > 1) AS d)});
+cmp_ok($running, '>', 0, "terms run across the update ($running)");
+is($shown, $running, 'the history shows each running term as running');
+is($twice, '0', 'and no term twice');
 my $seq = $node->safe_psql('legacy', q{
 	SELECT string_agg(event || ' ' || name || ' ' || generation, ', ' ORDER BY seq)
 	  FROM hoplock.hoplock_events(0) WHERE name = 'lapsing'});
@@ -302,7 +312,7 @@ my @mutations = (
 	[ 'a function\'s privileges',  q{GRANT EXECUTE ON FUNCTION hoplock.hoplock_forget(text) TO PUBLIC} ],
 	[ 'the schema\'s privileges',  q{GRANT USAGE ON SCHEMA hoplock_internal TO PUBLIC} ],
 	[ 'a table\'s privileges',     q{GRANT SELECT ON hoplock_internal.floor TO PUBLIC} ],
-	[ 'a view\'s definition',      q{CREATE OR REPLACE VIEW hoplock.hoplock_history WITH (security_barrier) AS SELECT h.name, h.owner, h.role, h.generation, h.acquired_at, h.ended_at, h.how, 0::bigint AS refused_writes FROM hoplock_internal.history AS h WHERE h.how IS DISTINCT FROM 'x'} ],
+	[ 'a view\'s definition',      q{CREATE OR REPLACE VIEW hoplock.hoplock_history WITH (security_barrier) AS SELECT h.name, h.owner, h.role, h.generation, h.acquired_at, h.ended_at, h.how, 0::bigint AS refused_writes, NULL::integer AS slot FROM hoplock_internal.history AS h WHERE h.how IS DISTINCT FROM 'x'} ],
 	[ 'a view\'s options',         q{ALTER VIEW hoplock.hoplock_leases RESET (security_barrier)} ],
 	[ 'a table\'s options',        q{ALTER TABLE hoplock_internal.lease RESET (vacuum_truncate)} ],
 	[ 'a column',                  q{ALTER TABLE hoplock_internal.history ALTER COLUMN how SET NOT NULL} ],
@@ -313,7 +323,7 @@ my @mutations = (
 	[ 'a trigger',                 q{CREATE TRIGGER t AFTER UPDATE ON hoplock_internal.history FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()} ],
 	[ 'a sequence',                q{ALTER SEQUENCE hoplock_internal.event_seq CACHE 10} ],
 	[ 'a type',                    q{ALTER TYPE hoplock.hoplock_lease ADD ATTRIBUTE extra int} ],
-	[ 'a comment',                 q{COMMENT ON FUNCTION hoplock.hoplock_acquire(text, text, interval, boolean, text, interval) IS NULL} ],
+	[ 'a comment',                 q{COMMENT ON FUNCTION hoplock.hoplock_acquire(text, text, interval, boolean, text, interval, integer) IS NULL} ],
 	[ 'a column comment',          q{COMMENT ON COLUMN hoplock_internal.lease.owner_roleid IS NULL} ],
 	[ 'the schema comment',        q{COMMENT ON SCHEMA hoplock_internal IS 'x'} ],
 	[ 'a configuration table\'s condition', q{UPDATE pg_extension SET extcondition[1] = 'WHERE true' WHERE extname = 'hoplock'} ],

@@ -124,7 +124,7 @@ is( $src->safe_psql('app', q{
 		  FROM (SELECT name, count(*) AS terms, bool_and(prev IS NULL OR generation > prev) AS ordered
 		          FROM (SELECT name, generation,
 		                       lag(generation) OVER (PARTITION BY name ORDER BY acquired_at) AS prev
-		                  FROM hoplock_internal.history) AS h
+		                  FROM hoplock.hoplock_history) AS h
 		         GROUP BY name) AS t}),
 	'expired/1/true forgotten/4/true lapsing/1/true released/3/true scheduler/2/true',
 	'the source\'s generations: each name\'s terms, each above the one before');

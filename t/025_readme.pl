@@ -21,7 +21,8 @@ $node->append_conf('postgresql.conf', "shared_preload_libraries = 'hoplock'");
 $node->start;
 $node->safe_psql('postgres', 'CREATE DATABASE readme');
 
-# The ```sql blocks of README.md, in order.
+# The ```sql blocks of README.md, in order (those of the SQL edition,
+# fenced ```sql (the SQL edition), are not this edition's to run).
 open(my $fh, '<', 'README.md') or die "README.md: $!";
 my (@blocks, $cur);
 while (my $line = <$fh>)

@@ -1,4 +1,5 @@
-# Fork torture: random chains of grants, renewals, releases, lapses,
+# Fork torture: random chains of grants, renewals, releases, lapses (of a
+# lease with two slots too, whose events are judged per slot),
 # fenced writes, compare-and-swap writes and event reads, across forks of
 # the lease state -- pg_dump (plain, custom, --data-only) restored into a
 # new database, another cluster and in place (pg_restore --clean), CREATE

@@ -34,13 +34,13 @@ $node->safe_psql('acl', 'ALTER EXTENSION hoplock UPDATE');
 is( $node->safe_psql('acl', q{
 		SELECT string_agg(f || ':' || has_function_privilege('app', f, 'EXECUTE')
 		                  || ':' || has_function_privilege('other', f, 'EXECUTE'), ' ' ORDER BY f)
-		  FROM unnest(ARRAY['hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean,interval)',
-		                    'hoplock_acquire(text,text,interval,boolean,text,interval)',
+		  FROM unnest(ARRAY['hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean,interval,integer)',
+		                    'hoplock_acquire(text,text,interval,boolean,text,interval,integer)',
 		                    'hoplock_events(bigint)']) AS f}),
-	'hoplock_acquire(text,text,interval,boolean,text,interval):true:false hoplock_events(bigint):false:false hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean,interval):true:false',
+	'hoplock_acquire(text,text,interval,boolean,text,interval,integer):true:false hoplock_events(bigint):false:false hoplock_wait(text,text,interval,interval,boolean,integer,text,boolean,interval,integer):true:false',
 	'the replaced functions keep the privileges granted and revoked on the old ones');
 is( $node->safe_psql('acl', q{
-		SELECT has_function_privilege('app', 'hoplock_acquire(text,text,interval,boolean,text,interval)', 'EXECUTE WITH GRANT OPTION')}),
+		SELECT has_function_privilege('app', 'hoplock_acquire(text,text,interval,boolean,text,interval,integer)', 'EXECUTE WITH GRANT OPTION')}),
 	't', '... with the grant option');
 is($node->safe_psql('acl', q{SELECT extversion FROM pg_extension WHERE extname = 'hoplock'}),
 	'1.2.0', 'updated');

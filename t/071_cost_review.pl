@@ -9,7 +9,7 @@
 #    transaction, after the locks are released, where it "must raise no
 #    error": if hl_wait_key_try() fails there, broadcast() skips the
 #    wake-up.  Its commit message, the comment on broadcast() and
-#    bench/RESULTS.md §14 say the waiters then "look again by themselves,
+#    bench/HISTORY.md §14 say the waiters then "look again by themselves,
 #    at least every second".  They do not: a hoplock_wait that found the
 #    lease held sleeps until the term's expires_at (wait.c caps the sleep
 #    at SLEEP_MAX_MS only for a lease not held), so a release whose digest

@@ -7,8 +7,9 @@
 # random chains.  A chain begins with a fresh cluster (the root branch) and
 # goes on with steps, each on a live branch picked at random:
 #
-#   acquire, renew, release   of three names, by four clients, with ttls
-#                             short (lapsing within the chain) or long
+#   acquire, renew, release   of three names and one with two slots ("j"),
+#                             by four clients, with ttls short (lapsing
+#                             within the chain) or long
 #   lapse                     a pause that lets short terms lapse (the
 #                             worker announces them)
 #   fence                     hoplock_fence then a row, or a row in a table
@@ -73,6 +74,11 @@ use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC);
 use Hoplock::Listener;
 
 our @NAMES   = qw(a b c);
+# a lease with slots: acquired, renewed, released and fenced like the
+# others (not read or written through the compare-and-swap calls, which
+# are for leases without slots); its events come per slot
+our $SLOTTED = 'j';
+our $SLOTS   = 2;
 our $CLIENTS = 4;
 our @FORK_KINDS = qw(dump_newdb dump_cluster dump_dataonly restore_inplace template
   crash promote_sync promote_async clone);
@@ -214,7 +220,7 @@ sub setup_db
 		CREATE TABLE fk.trig_$_ (id bigserial PRIMARY KEY, generation bigint NOT NULL, owner text NOT NULL);
 		CREATE TRIGGER fenced BEFORE INSERT OR UPDATE OR DELETE ON fk.trig_$_
 			FOR EACH ROW EXECUTE FUNCTION hoplock.hoplock_fenced('$_', 'generation');
-	} } @NAMES);
+	} } @NAMES, $SLOTTED);
 	$node->{pg}->safe_psql($db, qq{
 		CREATE SCHEMA hoplock;
 		CREATE EXTENSION hoplock SCHEMA hoplock;
@@ -335,7 +341,7 @@ sub told_events
 	{
 		push @{ $self->{rec}{events} }, {
 			ch => $b->{ch}, b => $b->{id}, step => $self->{step}, src => $src, ($via ? (via => $via) : ()),
-			seq => $e->{seq}, ev => $e->{ev}, n => $e->{n}, g => $e->{g}, o => $e->{o} };
+			seq => $e->{seq}, ev => $e->{ev}, n => $e->{n}, g => $e->{g}, o => $e->{o}, (defined $e->{sl} ? (sl => $e->{sl}) : ()) };
 	}
 }
 
@@ -534,7 +540,7 @@ sub remember_term
 sub remember_handle
 {
 	my ($self, $c, $b, $n, $r) = @_;
-	return unless defined $r->{h};
+	return unless defined $r->{h} && $n ne $SLOTTED;
 	push @{ $c->{handles} }, { n => $n, h => $r->{h}, b => $b->{id},
 		state => { o => $r->{o}, g => $r->{g}, acq => $r->{acq}, exp => $r->{exp} } };
 	shift @{ $c->{handles} } if @{ $c->{handles} } > 12;
@@ -549,13 +555,13 @@ sub op_acquire
 {
 	my ($self, $ch, $b, $c) = @_;
 	$c //= client($ch);
-	my $n = $NAMES[ int(rand(@NAMES)) ];
+	my $n = (@NAMES, $SLOTTED)[ int(rand(@NAMES + 1)) ];
 	# extend a term it believes it holds, or try for a new one
 	my ($t) = grep { $_->{n} eq $n } reverse @{ $c->{terms} };
 	my $o = ($t && rand() < 0.3) ? $t->{o} : new_owner($ch, $c);
 	my ($r, $e, $m) = $self->try($self->dbh($b), sub {
-		$_[0]->selectrow_hashref("SELECT $LEASE FROM hoplock.hoplock_acquire(\$1, \$2, \$3::interval) AS r",
-			undef, $n, $o, ttl()) });
+		$_[0]->selectrow_hashref("SELECT $LEASE FROM hoplock.hoplock_acquire(\$1, \$2, \$3::interval, slots => \$4::integer) AS r",
+			undef, $n, $o, ttl(), $n eq $SLOTTED ? $SLOTS : 1) });
 	$self->count_op('acquire');
 	if ($r && defined $r->{g})
 	{
@@ -605,10 +611,16 @@ sub op_lapse
 	nap($s);
 }
 
+# The stored state of lease $n (expired or not); of a lease with slots,
+# the state of the slot term $g runs in, if it still does
 sub read_state
 {
-	my ($dbh, $n) = @_;
-	my $r = $dbh->selectrow_hashref("SELECT $LEASE FROM hoplock.hoplock_read(\$1) AS r", undef, $n);
+	my ($dbh, $n, $g) = @_;
+	my $r = $n eq $SLOTTED
+	  ? $dbh->selectrow_hashref('SELECT r.generation AS g, r.owner AS o, ' . us('r.acquired_at') . ' AS acq, '
+		  . us('r.expires_at') . ' AS exp FROM hoplock.hoplock_leases AS r WHERE r.name = $1 AND r.generation = $2',
+		undef, $n, $g)
+	  : $dbh->selectrow_hashref("SELECT $LEASE FROM hoplock.hoplock_read(\$1) AS r", undef, $n);
 	return ($r && defined $r->{g}) ? $r : undef;
 }
 
@@ -623,7 +635,7 @@ sub op_fence
 	$t //= ($c->{terms}[ int(rand(@{ $c->{terms} })) ] // return $self->op_acquire($ch, $b, $c));
 	my $mode = rand() < 0.5 ? 'fence' : 'trigger';
 	my $dbh = $self->dbh($b);
-	my ($before) = $self->try($dbh, sub { read_state($_[0], $t->{n}) });
+	my ($before) = $self->try($dbh, sub { read_state($_[0], $t->{n}, $t->{g}) });
 	my $cur;
 	my ($ok, $e, $m) = $self->try($dbh, sub {
 		my $d = shift;
@@ -631,13 +643,13 @@ sub op_fence
 		if ($mode eq 'fence')
 		{
 			$d->selectrow_array('SELECT hoplock.hoplock_fence($1, $2::bigint)', undef, $t->{n}, $t->{g});
-			$cur = read_state($d, $t->{n});
+			$cur = read_state($d, $t->{n}, $t->{g});
 			$d->do('INSERT INTO fk.fenced_rows (name, generation, owner) VALUES ($1, $2, $3)', undef, $t->{n}, $t->{g}, $t->{o});
 		}
 		else
 		{
 			$d->do("INSERT INTO fk.trig_$t->{n} (generation, owner) VALUES (\$1, \$2)", undef, $t->{g}, $t->{o});
-			$cur = read_state($d, $t->{n});
+			$cur = read_state($d, $t->{n}, $t->{g});
 		}
 		$d->commit;
 		1;
@@ -724,7 +736,7 @@ sub op_write
 
 sub events_sql
 {
-	return 'SELECT seq, event AS ev, name AS n, owner AS o, generation AS g FROM hoplock.hoplock_events($1) ORDER BY seq';
+	return 'SELECT seq, event AS ev, name AS n, owner AS o, generation AS g, slot AS sl FROM hoplock.hoplock_events($1) ORDER BY seq';
 }
 
 sub new_stream
@@ -820,7 +832,9 @@ sub collect_notifications
 		$b->{listener} = undef;
 		return;
 	}
-	my @ev = map { { seq => $_->{seq}, ev => $_->{event}, n => $_->{name}, o => $_->{owner}, g => $_->{generation} } } @$got;
+	my @ev = map { {
+		seq => $_->{seq}, ev => $_->{event}, n => $_->{name}, o => $_->{owner}, g => $_->{generation},
+		(defined $_->{slot} ? (sl => $_->{slot}) : ()) } } @$got;
 	$self->told_events($b, 'notify', \@ev);
 	$self->count_op('notifications', scalar @ev);
 	$l->reset;
@@ -1364,6 +1378,14 @@ sub run_chain
 		my @live = $self->live_branches($ch) or last;
 		my $b = $live[ int(rand(@live)) ];
 		my $k = shift(@{ $self->{plan} }) // $FORK_KINDS[ int(rand(@FORK_KINDS)) ];
+		# every client has read the branch's events before it forks, so
+		# each has a number to resume from after it, however few steps
+		# a slow machine left before the fork
+		for my $c (@{ $ch->{clients} })
+		{
+			$self->{step}++;
+			$self->op_events($ch, $b, $c);
+		}
 		$self->{step}++;
 		my $ok = eval { $self->do_fork($ch, $k, $b); 1 };
 		if (!$ok)

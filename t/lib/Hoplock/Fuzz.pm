@@ -106,36 +106,52 @@ sub setup
 			LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 			BEGIN
 				RETURN (
-				WITH l AS (SELECT * FROM hoplock_internal.lease AS l WHERE whole OR l.name = n),
+				-- (with the expiry of the keepalive a running term is attached to)
+				WITH l AS (SELECT l.*, k.renewed_at AS k_renewed_at, k.expires_at AS k_expires_at
+				             FROM hoplock_internal.lease AS l
+				                  LEFT JOIN hoplock_internal.keepalive AS k
+				                         ON l.state = 'h' AND k.id = l.keepalive
+				            WHERE whole OR l.name = n),
 				     -- the name's last terms, or all
 				     h AS (SELECT * FROM hoplock_internal.history AS h WHERE whole
 				           UNION ALL
 				           (SELECT * FROM hoplock_internal.history AS h WHERE NOT whole AND h.name = n
 				             ORDER BY h.generation DESC LIMIT 8)),
+				     -- the same, less the rows the worker writes when it
+				     -- announces an expiry (a term's row is written as it ends)
+				     hb AS (SELECT * FROM hoplock_internal.history AS h
+				             WHERE whole AND h.how IS DISTINCT FROM 'expired'
+				            UNION ALL
+				            (SELECT * FROM hoplock_internal.history AS h
+				              WHERE NOT whole AND h.name = n AND h.how IS DISTINCT FROM 'expired'
+				              ORDER BY h.generation DESC LIMIT 8)),
 				     s AS (SELECT * FROM public.hoplock_stats AS s
 				            WHERE s.datid = (SELECT oid FROM pg_database WHERE datname = current_database()))
 				SELECT ARRAY[
 					md5(coalesce((SELECT string_agg(l::text, ',' ORDER BY l.name) FROM l), '') || '#' ||
 					    coalesce((SELECT string_agg(h::text, ',' ORDER BY h.name, h.generation) FROM h), '')),
 					concat_ws('/', CASE WHEN whole THEN (SELECT count(*) FROM l) END,
-					               CASE WHEN whole THEN (SELECT count(*) FROM h) END,
+					               CASE WHEN whole THEN (SELECT count(*) FROM hb) END,
 					               (SELECT string_agg(f::text, ',') FROM hoplock_internal.floor AS f),
 					               -- the branches: a failing call begins none
 					               (SELECT count(*) || ':' || max(floor) FROM hoplock_internal.branch)),
 					(SELECT concat_ws('/', terms_begun, contended, renewals, releases, force_releases, waits, wakeups) FROM s),
 					(SELECT expiries::text FROM s),
 					-- the rows again, blind to what the worker's announcement of
-					-- an expiry changes: the state 'x' (and the session it
-					-- clears), and the end of the term in the history
+					-- an expiry changes: the state 'x' (and the session and
+					-- the keepalive it clears: a term's times are its
+					-- keepalive's until then), and the term's row in the
+					-- history (hb: an ended term's, or a 1.1 row's end)
 					md5(coalesce((SELECT string_agg(row(l.name, CASE WHEN l.state = 'x' THEN 'h' ELSE l.state END,
 					                                    l.owner, l.owner_role, l.generation, l.acquired_at,
-					                                    l.renewed_at, l.expires_at, l.owner_roleid)::text,
+					                                    GREATEST(l.renewed_at, l.k_renewed_at),
+					                                    COALESCE(l.k_expires_at, l.expires_at), l.owner_roleid)::text,
 					                                ',' ORDER BY l.name) FROM l), '') || '#' ||
 					    coalesce((SELECT string_agg(row(h.name, h.generation, h.owner, h.role, h.acquired_at, h.begin_seq,
 					                                    CASE WHEN h.how = 'expired' THEN NULL ELSE h.ended_at END,
 					                                    CASE WHEN h.how = 'expired' THEN NULL ELSE h.end_seq END,
 					                                    nullif(h.how, 'expired'))::text,
-					                                ',' ORDER BY h.name, h.generation) FROM h), ''))]);
+					                                ',' ORDER BY h.name, h.generation) FROM hb AS h), ''))]);
 			END
 			$$;
 		};
@@ -269,7 +285,7 @@ sub literal_info
 		$info->{months} = $vals->[0];
 		($info->{usecs} = $vals->[1]) =~ s/\.0*$//;
 	}
-	elsif ($type eq 'bigint')
+	elsif ($type eq 'bigint' || $type eq 'integer')
 	{
 		$info->{value} = $vals->[0];
 	}

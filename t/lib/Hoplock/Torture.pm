@@ -8,8 +8,13 @@
 # trigger under READ COMMITTED, REPEATABLE READ and SERIALIZABLE, release
 # or hand their term to the first waiting candidate (hoplock_handoff),
 # vanish, hang in a fenced transaction, some with session-bound terms, some
-# with synchronous_commit = off.  A listener process follows the primary
-# and records every event.  Meanwhile faults, at random:
+# with synchronous_commit = off.  A fifth name, "jobs", has three slots
+# (slots => 3 on acquire and wait): up to three terms of it at once, each
+# fenced on its own.  One client in five is a keeper: one owner holding up
+# to three terms at once (of any name, "jobs" too, and of three shards
+# only keepers take), kept alive by hoplock_renew_all alone -- now and
+# then too late -- and keeping what it returns.  A listener process follows the primary and records every
+# event.  Meanwhile faults, at random:
 #
 #   terminate    pg_terminate_backend of one to three clients' backends
 #   kill9        SIGKILL of a client process (a new client takes its place)
@@ -50,6 +55,12 @@ use Time::HiRes qw(clock_gettime CLOCK_MONOTONIC);
 
 our $LIB         = abs_path(dirname(__FILE__) . '/..');
 our @NAMES       = qw(alpha beta gamma delta);
+# a lease with slots: up to $SLOTS terms of it at once
+our $SLOTTED     = 'jobs';
+our $SLOTS       = 3;
+our @ALL_NAMES   = (@NAMES, $SLOTTED);
+# names only the keepers take: an owner's many terms
+our @SHARDS      = qw(shard1 shard2 shard3);
 our $LIBFAKETIME = '/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1';
 our $HUNG_HOLDER_TIMEOUT = 1;    # seconds (hoplock.hung_holder_timeout)
 
@@ -66,14 +77,23 @@ sub us { return "(extract(epoch FROM $_[0]) * 1000000)::bigint"; }
 my $LEASE_COLS = 'r.generation, r.owner, ' . us('r.acquired_at') . ' AS acquired_at, '
   . us('r.expires_at') . ' AS expires_at, r.step_down, ' . us('clock_timestamp()') . ' AS server_time';
 my %SQL = (
-	acquire => "SELECT $LEASE_COLS FROM hoplock.hoplock_acquire(\$1, \$2, \$3::interval, \$4::boolean, min_hold => \$5::interval) AS r",
-	wait => "SELECT $LEASE_COLS FROM hoplock.hoplock_wait(\$1, \$2, \$3::interval, \$4::interval, \$5::boolean, min_hold => \$6::interval) AS r",
+	acquire => "SELECT $LEASE_COLS FROM hoplock.hoplock_acquire(\$1, \$2, \$3::interval, \$4::boolean, min_hold => \$5::interval, slots => \$6::integer) AS r",
+	wait => "SELECT $LEASE_COLS FROM hoplock.hoplock_wait(\$1, \$2, \$3::interval, \$4::interval, \$5::boolean, min_hold => \$6::interval, slots => \$7::integer) AS r",
 	renew => "SELECT $LEASE_COLS FROM hoplock.hoplock_renew(\$1, \$2, \$3::interval, \$4::bigint) AS r",
 	release => 'SELECT hoplock.hoplock_release($1, $2, $3::bigint) AS ok, ' . us('clock_timestamp()') . ' AS server_time',
 	handoff => "SELECT $LEASE_COLS FROM hoplock.hoplock_handoff(\$1, \$2, \$3::bigint) AS r",
 	proclaim => 'SELECT hoplock.hoplock_proclaim($1, $2, $3::bigint, $4) AS ok, ' . us('clock_timestamp()') . ' AS server_time',
 	step_down => 'SELECT hoplock.hoplock_request_step_down($1) AS ok, ' . us('clock_timestamp()') . ' AS server_time',
+	# the clock before the renewal (the lateral argument makes it read
+	# first) and after it; one row with NULLs when nothing was renewed
+	renew_all => 'SELECT ' . us('t0.t') . ' AS started_at, r.name, r.slot, r.generation, ' . us('r.expires_at')
+	  . ' AS expires_at, ' . us('clock_timestamp()') . ' AS server_time'
+	  . ' FROM (SELECT clock_timestamp() AS t OFFSET 0) AS t0'
+	  . ' LEFT JOIN LATERAL hoplock.hoplock_renew_all($1, $2::interval + (t0.t - t0.t)) AS r ON true',
 );
+
+# the slots argument of a name
+sub slots_of { return $_[0] eq $SLOTTED ? $SLOTS : 1; }
 
 # ===========================================================================
 # A client process: Hoplock::Torture::client_main(dir=..., id=..., ...)
@@ -182,8 +202,9 @@ package Hoplock::Torture::Client;
 
 our @ISA = ('Hoplock::Torture::Conn');
 
-*mono = \&Hoplock::Torture::mono;
-*nap  = \&Hoplock::Torture::nap;
+*mono     = \&Hoplock::Torture::mono;
+*nap      = \&Hoplock::Torture::nap;
+*slots_of = \&Hoplock::Torture::slots_of;
 
 sub new
 {
@@ -193,6 +214,12 @@ sub new
 	$self->init("c$a{id}.log");
 	$self->{synchronous_commit} = rand() < 0.4 ? 'off' : 'on';
 	$self->{nr}      = rand() < 0.25 ? 1     : 0;
+	# one client in five is a keeper: one owner with several terms, kept
+	# alive by hoplock_renew_all alone
+	if ($a{id} % 5 == 3)
+	{
+		$self->{keeper} = { terms => {}, ttl => 150 + int(rand(351)) };
+	}
 	$self->{owner_n} = 0;
 	$self->new_owner;
 	return $self;
@@ -270,7 +297,7 @@ my @ISO = ('READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE');
 sub fenced
 {
 	my ($self, %o) = @_;
-	my $L    = $self->{lead};
+	my $L    = $o{term} // $self->{lead};
 	my $iso  = $ISO[ int(rand(@ISO)) ];
 	my $mode = (qw(fence trigger both))[ int(rand($o{hang} ? 2 : 3)) ];
 	$mode = 'both' if $o{hang} && $mode eq 'trigger';
@@ -352,30 +379,31 @@ sub run
 			nap(0.02 + rand(0.05));
 			next;
 		}
-		if   ($self->{lead}) { $self->lead_step }
-		else                 { $self->follow_step }
+		if    ($self->{keeper}) { $self->keeper_step }
+		elsif ($self->{lead})   { $self->lead_step }
+		else                    { $self->follow_step }
 	}
 }
 
 sub follow_step
 {
 	my ($self) = @_;
-	my $n   = $NAMES[ int(rand(@NAMES)) ];
+	my $n   = $ALL_NAMES[ int(rand(@ALL_NAMES)) ];
 	my $ttl = 50 + int(rand(451));
 	my $sb  = rand() < 0.2 ? 1 : 0;
 	# now and then a hold: released early, the name stays kept from others
 	my $hold = rand() < 0.3 ? int($ttl / 2 + rand($ttl / 2)) : undef;
-	my $rec = { name => $n, owner => $self->{owner}, ttl => $ttl, session_bound => $sb, min_hold => $hold };
+	my $rec = { name => $n, owner => $self->{owner}, ttl => $ttl, session_bound => $sb, min_hold => $hold, slots => slots_of($n) };
 	my $hold_arg = defined $hold ? "$hold milliseconds" : undef;
 	if (rand() < 0.5)
 	{
-		$self->lease_call('acquire', $rec, $n, $self->{owner}, "$ttl milliseconds", $sb ? 'true' : 'false', $hold_arg);
+		$self->lease_call('acquire', $rec, $n, $self->{owner}, "$ttl milliseconds", $sb ? 'true' : 'false', $hold_arg, slots_of($n));
 	}
 	else
 	{
 		$rec->{timeout} = 50 + int(rand(750));
 		$self->lease_call('wait', $rec, $n, $self->{owner}, "$ttl milliseconds",
-			"$rec->{timeout} milliseconds", $sb ? 'true' : 'false', $hold_arg);
+			"$rec->{timeout} milliseconds", $sb ? 'true' : 'false', $hold_arg, slots_of($n));
 	}
 	if ($rec->{result})
 	{
@@ -432,7 +460,7 @@ sub lead_step
 		}
 		else
 		{
-			my $n = $Hoplock::Torture::NAMES[ int(rand(@Hoplock::Torture::NAMES)) ];
+			my $n = $ALL_NAMES[ int(rand(@ALL_NAMES)) ];
 			my $rec = { name => $n };
 			$self->lease_call('step_down', $rec, $n);
 			$self->new_owner if $rec->{unknown_outcome};
@@ -506,6 +534,158 @@ sub lead_step
 	}
 }
 
+# A keeper: one owner, up to three terms (names, the slotted one too, and
+# shards that only keepers take),
+# renewed by hoplock_renew_all alone, now and then too late; between
+# renewals it takes a term, takes a name it holds again, releases one,
+# or writes fenced under one.  What hoplock_renew_all returns is what it
+# keeps.
+sub keeper_step
+{
+	my ($self) = @_;
+	my $K   = $self->{keeper};
+	my $T   = $K->{terms};
+	if (defined $K->{due} && mono() >= $K->{due})
+	{
+		if ($K->{late} && %$T && rand() < 0.5)
+		{
+			# the stale keeper writes before it learns that it lost (from
+			# hoplock_renew_all, next)
+			my ($k) = (sort keys %$T)[ int(rand(keys %$T)) ];
+			$self->fenced(term => $T->{$k}, stale => 1);
+			return unless $self->{dbh};
+		}
+		$self->renew_all_call;
+		return;
+	}
+	my @held = sort keys %$T;
+	my $x = rand();
+	if ($x < 0.3 && @held < 3)
+	{
+		my @free = grep { !$T->{$_} } @ALL_NAMES, @SHARDS;
+		$self->keeper_take($free[ int(rand(@free)) ]);
+	}
+	elsif ($x < 0.38 && @held)
+	{
+		# a name it holds, taken again: the same term, extended
+		$self->keeper_take($held[ int(rand(@held)) ]);
+	}
+	elsif ($x < 0.45 && @held)
+	{
+		my $L = delete $T->{ $held[ int(rand(@held)) ] };
+		my $rec = { name => $L->{name}, owner => $self->{owner}, generation => $L->{generation} };
+		$self->lease_call('release', $rec, $L->{name}, $self->{owner}, $L->{generation});
+		$self->keeper_abandon if $rec->{unknown_outcome};
+	}
+	elsif ($x < 0.85 && @held)
+	{
+		my $k = $held[ int(rand(@held)) ];
+		my $rec = $self->fenced(term => $T->{$k});
+		delete $T->{$k} if ($rec->{sqlstate} // '') eq '55P03';
+	}
+	my $left = defined $K->{due} ? $K->{due} - mono() : 0.03;
+	nap(List::Util::min($left, rand(0.03)));
+}
+
+# acquire or wait for a name, as the keeper's owner
+sub keeper_take
+{
+	my ($self, $n) = @_;
+	my $K   = $self->{keeper};
+	my $ttl = $K->{ttl};
+	my $sb  = rand() < 0.15 ? 1 : 0;
+	my $rec = { name => $n, owner => $self->{owner}, ttl => $ttl, session_bound => $sb, slots => slots_of($n), keeper => 1 };
+	if (rand() < 0.6)
+	{
+		$self->lease_call('acquire', $rec, $n, $self->{owner}, "$ttl milliseconds", $sb ? 'true' : 'false', undef, slots_of($n));
+	}
+	else
+	{
+		$rec->{timeout} = 20 + int(rand(60));
+		$self->lease_call('wait', $rec, $n, $self->{owner}, "$ttl milliseconds",
+			"$rec->{timeout} milliseconds", $sb ? 'true' : 'false', undef, slots_of($n));
+	}
+	if ($rec->{result})
+	{
+		$K->{terms}{$n} = { name => $n, generation => $rec->{result}{generation}, ttl => $ttl };
+		$self->keeper_due($rec->{called_at}) unless defined $K->{due};
+	}
+	elsif ($rec->{unknown_outcome})
+	{
+		$self->keeper_abandon;
+	}
+	else
+	{
+		delete $K->{terms}{$n};
+	}
+}
+
+# after a call of unknown outcome: its terms are left to lapse, and a
+# new owner begins afresh
+sub keeper_abandon
+{
+	my ($self) = @_;
+	$self->{keeper}{terms} = {};
+	$self->{keeper}{due}   = undef;
+	$self->new_owner;
+}
+
+# the next renewal: a third of the ttl after $t, or now and then too late
+sub keeper_due
+{
+	my ($self, $t) = @_;
+	my $K = $self->{keeper};
+	$K->{late} = rand() < 0.08 ? 1 : 0;
+	$K->{due} = $t + ($K->{late} ? $K->{ttl} / 1000 * (1.05 + rand(1)) : $K->{ttl} / 3000);
+}
+
+sub renew_all_call
+{
+	my ($self) = @_;
+	my $K   = $self->{keeper};
+	my $rec = {
+		kind => 'renew_all', owner => $self->{owner}, ttl => $K->{ttl},
+		held => [ map { "$_->{name}/$_->{generation}" } sort { $a->{name} cmp $b->{name} } values %{ $K->{terms} } ] };
+	$rec->{late} = 1 if $K->{late};
+	$rec->{called_at} = mono();
+	my $port = $self->{port};
+	my $rows = eval {
+		my $sth = $self->{dbh}->prepare_cached($SQL{renew_all});
+		$self->{dbh}->selectall_arrayref($sth, { Slice => {} }, $self->{owner}, "$K->{ttl} milliseconds");
+	};
+	$rec->{returned_at} = mono();
+	if ($rows && @$rows)
+	{
+		$rec->{started_at}  = $rows->[0]{started_at};
+		$rec->{server_time} = $rows->[0]{server_time};
+		$rec->{rows} = [
+			map { { name => $_->{name}, slot => $_->{slot}, generation => $_->{generation}, expires_at => $_->{expires_at} } }
+			grep { defined $_->{generation} } @$rows ];
+	}
+	else
+	{
+		@$rec{qw(sqlstate unknown_outcome message)} = $self->failure;
+	}
+	$self->{port} = $port;
+	$self->record($rec);
+	if ($rec->{rows})
+	{
+		# what it renewed is what it keeps
+		my %got = map { ("$_->{name}\0$_->{generation}" => 1) } @{ $rec->{rows} };
+		for my $n (keys %{ $K->{terms} })
+		{
+			delete $K->{terms}{$n} unless $got{"$n\0$K->{terms}{$n}{generation}"};
+		}
+		$self->keeper_due($rec->{called_at});
+		$K->{due} = undef unless %{ $K->{terms} };
+	}
+	else
+	{
+		# (55P03, or the connection lost: the next call tells) soon again
+		$K->{due} = mono() + 0.01;
+	}
+}
+
 package Hoplock::Torture::Listener;
 
 our @ISA = ('Hoplock::Torture::Conn');
@@ -528,7 +708,7 @@ sub note
 	$self->emit({
 		source => $src, listener => $self->{listener} + 0, connection => $self->{connection},
 		port => $self->{port}, seq => $e->{seq}, event => $e->{event}, name => $e->{name},
-		owner => $e->{owner}, generation => $e->{generation}, received_at => mono() });
+		slot => $e->{slot}, owner => $e->{owner}, generation => $e->{generation}, received_at => mono() });
 	$self->{last_seq} = $e->{seq} if $e->{seq} > $self->{last_seq};
 }
 
@@ -547,7 +727,7 @@ sub run
 		# of transactions that commit after the LISTEN: the same numbers)
 		my $ok = eval {
 			my $rows = $dbh->selectall_arrayref(
-				'SELECT seq, event, name, owner, generation FROM hoplock.hoplock_events($1) ORDER BY seq',
+				'SELECT seq, event, name, owner, generation, slot FROM hoplock.hoplock_events($1) ORDER BY seq',
 				{ Slice => {} }, $self->{last_seq});
 			$self->note('catchup', $_) for @$rows;
 			1;
@@ -677,7 +857,7 @@ hoplock.log_events = on
 			written_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE TRIGGER fenced BEFORE INSERT OR UPDATE OR DELETE ON torture.trig_$_
 			FOR EACH ROW EXECUTE FUNCTION hoplock.hoplock_fenced('$_', 'generation');
-	} } @NAMES);
+	} } @ALL_NAMES, @SHARDS);
 	$p->safe_psql('postgres', qq{
 		CREATE SCHEMA hoplock;
 		CREATE EXTENSION hoplock SCHEMA hoplock;
@@ -1010,7 +1190,7 @@ sub read_old
 sub history_sql
 {
 	return 'SELECT name, generation, owner, ' . us('acquired_at') . ', ' . us('ended_at')
-	  . ', how FROM hoplock.hoplock_history';
+	  . ', how, slot FROM hoplock.hoplock_history';
 }
 
 sub parse_rows
@@ -1027,7 +1207,7 @@ sub parse_rows
 	return \@rows;
 }
 
-sub parse_history { return parse_rows($_[0], qw(name generation owner acquired_at ended_at how)); }
+sub parse_history { return parse_rows($_[0], qw(name generation owner acquired_at ended_at how slot)); }
 
 # ---------------------------------------------------------------------------
 # The run itself
@@ -1149,16 +1329,19 @@ sub finish
 	my %final;
 	$final{history} = parse_history($p->safe_psql('postgres', 'COPY (' . history_sql() . ') TO STDOUT'));
 	$final{events} = parse_rows($p->safe_psql('postgres',
-		'COPY (SELECT seq, event, name, owner, generation FROM hoplock.hoplock_events(0)) TO STDOUT'),
-		qw(seq event name owner generation));
+		'COPY (SELECT seq, event, name, owner, generation, slot FROM hoplock.hoplock_events(0)) TO STDOUT'),
+		qw(seq event name owner generation slot));
+	# (a slot's row is named "name\x1fslot"; the row of the name itself,
+	# whose owner is "\x1fN", records its number of slots)
 	$final{leases} = parse_rows($p->safe_psql('postgres',
-		'COPY (SELECT name, state, owner, generation, ' . us('acquired_at') . ', ' . us('expires_at')
-		  . ' FROM hoplock_internal.lease) TO STDOUT'),
-		qw(name state owner generation acquired_at expires_at));
+		q{COPY (SELECT split_part(name, E'\x1f', 1), state, owner, generation, } . us('acquired_at') . ', ' . us('expires_at')
+		  . q{, CASE WHEN strpos(name, E'\x1f') > 0 THEN split_part(name, E'\x1f', 2) END
+		  FROM hoplock_internal.lease WHERE strpos(name, E'\x1f') > 0 OR strpos(owner, E'\x1f') <> 1) TO STDOUT}),
+		qw(name state owner generation acquired_at expires_at slot));
 	my $cts = us('pg_xact_commit_timestamp(xmin)');
 	my $rows_sql = join(' UNION ALL ',
 		"SELECT id, 'fence', name, generation, client, tag, $cts FROM torture.fenced_rows",
-		map { "SELECT id, 'trigger', '$_', generation, client, tag, $cts FROM torture.trig_$_" } @NAMES);
+		map { "SELECT id, 'trigger', '$_', generation, client, tag, $cts FROM torture.trig_$_" } @ALL_NAMES, @SHARDS);
 	$final{rows} = parse_rows($p->safe_psql('postgres', "COPY ($rows_sql) TO STDOUT"),
 		qw(id table name generation client tag committed_at));
 	$final{unannounced} = [ grep { length } split /\n/, $unannounced ];
@@ -1221,6 +1404,7 @@ sub history
 		old      => $self->{old} // {},
 		clock_changes => $self->{clock_changes},
 		faults   => $self->{faults},
+		slots    => { $SLOTTED => $SLOTS },
 	};
 }
 

@@ -14,7 +14,8 @@
 #                         restore_inplace|promote_sync|promote_async),
 #                         step, node, db, detail, ended } }
 #   grants   => [ { ch, b, step, src (acquire|renew|write|read|history), n, g, o, acq, exp } ]
-#   events   => [ { ch, b, step, src (read|notify|final), seq, ev, n, g, o } ]
+#   events   => [ { ch, b, step, src (read|notify|final), seq, ev, n, g, o, sl (the
+#                   slot, for a lease with slots) } ]
 #   handles  => [ { ch, b, step, src, n, h, o, g, acq, exp } ]
 #   guards   => [ { ch, b, step, k (fence|trigger|write), n, g, h, mine => { o, g, acq[, exp] },
 #                   from_b, ok, e, cur => { o, g, acq, exp } | undef, stale } ]
@@ -54,6 +55,10 @@ our @CHECKS = (
 );
 
 sub check_ids { return map { $_->[0] } @CHECKS; }
+
+# The stream an event belongs to: its name's, or its slot's for a lease
+# with slots (each slot's events are well formed on their own)
+sub stream_key { my ($e) = @_; return defined $e->{sl} ? "$e->{n} slot $e->{sl}" : $e->{n}; }
 sub describe { my ($id) = @_; my ($c) = grep { $_->[0] eq $id } @CHECKS; return $c->[1]; }
 
 # ---------------------------------------------------------------------------
@@ -256,9 +261,9 @@ sub check
 		my %prev;
 		for my $e (@{ $s->{events} })
 		{
-			my $p = $prev{ $e->{n} };
+			my $p = $prev{ stream_key($e) };
 			my $why = !$p && $e->{ev} ne 'acquired' ? "the first event of $e->{n} is $e->{ev}" : torture_step($p, $e);
-			$prev{ $e->{n} } = $e;
+			$prev{ stream_key($e) } = $e;
 			next unless $why;
 			$bad_pair{ $s->{id} }{ ($p ? "$p->{seq}\0" . ev_key($p) : '') . "\0$e->{seq}\0" . ev_key($e) } = 1;
 			my $msg = "hoplock_events(0) is not well formed: $why: " . ($p ? fmt_ev($p) . ' then ' : '') . fmt_ev($e);
@@ -295,7 +300,7 @@ sub check
 		my %prev;
 		for my $e (sort { $a->{seq} <=> $b->{seq} } grep { $_->{seq} <= $r->{after} } @{ $known->{events} })
 		{
-			$prev{ $e->{n} } = $e;
+			$prev{ stream_key($e) } = $e;
 		}
 		my $last;
 		for my $e (@{ $r->{got} })
@@ -305,14 +310,14 @@ sub check
 				add(\%v, 'events_complete', $forks, "$at returned " . fmt_ev($e) . ' out of order');
 			}
 			$last = $e;
-			my $p = $prev{ $e->{n} };
+			my $p = $prev{ stream_key($e) };
 			my $why = $p ? torture_step($p, $e) : $e->{ev} ne 'acquired' ? "the first event of $e->{n} is $e->{ev}" : undef;
 			# (what the stream from 0 shows already was reported with it)
 			$why = undef if $why && $bad_pair{ $r->{full} }{ ($p ? "$p->{seq}\0" . ev_key($p) : '') . "\0$e->{seq}\0" . ev_key($e) };
 			add(\%v, 'events_complete', $forks, "$at is not well formed after what the client knew: $why: "
 				  . ($p ? fmt_ev($p) . ' then ' : '') . fmt_ev($e))
 			  if $why;
-			$prev{ $e->{n} } = $e;
+			$prev{ stream_key($e) } = $e;
 		}
 	}
 
@@ -437,6 +442,13 @@ sub sample
 		streams => [
 			{ id => 1, %b1, step => 5, events => [ map { {%$_} } @ev1 ] },
 			{ id => 2, %b2, step => 13, events => [ map { {%$_} } @ev2 ] },
+			# a lease with two slots: its terms overlap, each slot's stream
+			# well formed
+			{ id => 3, %b2, step => 14, events => [
+				{ seq => 50, ev => 'acquired', n => 'j', sl => 1, g => 1, o => 'o1' },
+				{ seq => 51, ev => 'acquired', n => 'j', sl => 2, g => 2, o => 'o2' },
+				{ seq => 52, ev => 'released', n => 'j', sl => 1, g => 1, o => 'o1' },
+				{ seq => 53, ev => 'released', n => 'j', sl => 2, g => 2, o => 'o2' } ] },
 		],
 		resumes => [
 			{ %b2, step => 13, from_b => '1.1', after => 2, known => 1, full => 2, got => [ { %{ $ev2[2] } } ] },
@@ -471,6 +483,8 @@ our @MUTATIONS = (
 		$_[0]{resumes}[1]{got} = [ { %{ $_[0]{resumes}[1]{got}[1] } } ] } ],
 	[ events_complete => 'hoplock_events(0) not well formed', sub {
 		push @{ $_[0]{streams}[1]{events} }, { seq => 41, ev => 'acquired', n => 'a', g => 3, o => 'o5' } } ],
+	[ events_complete => 'hoplock_events(0) not well formed in one slot of a lease with slots', sub {
+		$_[0]{streams}[2]{events}[2] = { seq => 52, ev => 'acquired', n => 'j', sl => 1, g => 3, o => 'o5' } } ],
 	[ no_crash => 'a server process crashed', sub {
 		push @{ $_[0]{crashes} }, 'forks1: LOG:  server process (PID 1) was terminated by signal 11' } ],
 );

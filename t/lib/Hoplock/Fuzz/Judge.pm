@@ -59,6 +59,7 @@ our @KINDS = (
 	'a function the role may not execute ran, or failed otherwise',
 	'a failing call changed something',
 	'a lease returned does not match the call',
+	'a renewal returned does not match the call',
 	'trigger: not refused as its setup or the row calls for',
 	'trigger: a good row refused as a bad argument',
 	"an ordinary role changed a setting of a superuser's",
@@ -229,7 +230,24 @@ sub argument
 		return '22023' if cmp_int($lit->{value}, 0) <= 0;
 		return 'ok';
 	}
+	if ($kind eq 'slots')
+	{
+		return '22023' if cmp_int($lit->{value}, 1) < 0 || cmp_int($lit->{value}, 1000) > 0;
+		return 'ok';
+	}
 	return 'ok';    # bool, handle
+}
+
+# Does $msg say that the lease has another number of slots than the call
+# gives (slots => N, or 1 without it)?
+sub slots_disagree
+{
+	my ($kinds, $r, $msg) = @_;
+	return 0 unless $msg =~ /lease ".*" has (\d+) slots?, not (\d+)/s;
+	my ($has, $given) = ($1, $2);
+	my ($at) = grep { $kinds->[$_] eq 'slots' } 0 .. $#$kinds;
+	my $want = defined $at ? lit_of($r, $at)->{value} : 1;
+	return defined $want && $given eq $want && $has ne $given;
 }
 
 # --- One call ---------------------------------------------------------------------------
@@ -291,6 +309,12 @@ sub call
 		my ($hold, $ttl) = map { lit_of($r, $at{$_})->{usecs} } qw(min_hold ttl);
 		push @bad, 'min_hold:22023' if cmp_int($hold, $ttl) > 0;
 	}
+	# a name too long for a lease with slots (more than 251 bytes)
+	if (!$unknown && !@bad && exists $at{slots} && exists $at{name})
+	{
+		push @bad, 'name:22023'
+		  if cmp_int(lit_of($r, $at{slots})->{value}, 1) > 0 && lit_of($r, $at{name})->{bytes} > 251;
+	}
 	$out->{arguments} = $unknown ? 'undecided' : @bad ? 'bad' : 'good';
 	my $may_execute = !$privileged || $c->{su}
 	  || ($c->{role} eq 'fuzz_other' && !$c->{set_role} && $c->{d}{db} eq 'fz_utf8');
@@ -313,6 +337,12 @@ sub call
 			  . repro($c, $sql, $args, $context) ]
 		  unless $want{$state};
 	}
+	elsif (!$unknown && $state eq '22023' && slots_disagree($kinds, $r, $msg))
+	{
+		# the name has another number of slots than the call gives: the
+		# lease's state, not the arguments (a message that names the
+		# call's number, and another)
+	}
 	elsif (!$unknown && ($state eq '22004' || $state eq '22023'))
 	{
 		push @problems, [ 'good arguments refused', "$fn: $state $msg\n" . repro($c, $sql, $args, $context) ];
@@ -329,6 +359,20 @@ sub call
 		  && (!exists $given{owner} || $fn eq 'read' || $fn eq 'holder' || $owner eq $given{owner}
 			  || ($fn eq 'handoff' && (!defined $given{to_owner} || $owner eq $given{to_owner})))
 		  && $gen > 0;
+	}
+	# hoplock_renew_all: each term once (an owner holds one slot of a
+	# name), its slot NULL or a slot number, with a generation
+	if ($state eq '' && $returns eq 'renewed')
+	{
+		my %seen;
+		my @wrong = grep {
+			!defined $_->[0] || $seen{ $_->[0] }++ || (defined $_->[1] && $_->[1] !~ /^[1-9][0-9]*$/)
+			  || !defined $_->[2] || $_->[2] !~ /^\d+$/ || $_->[2] <= 0
+		} @$rows;
+		push @problems, [ 'a renewal returned does not match the call',
+			"$fn: returned " . join(', ', map { show_value($_) } @{ $wrong[0] }) . "\n"
+			  . repro($c, $sql, $args, $context) ]
+		  if @wrong;
 	}
 	return $out;
 }

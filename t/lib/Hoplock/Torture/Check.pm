@@ -14,8 +14,9 @@
 # The history, as a hash:
 #   calls  => [ { client (its number), port, connection (the client's how
 #                 manyth), synchronous_commit (on|off),
-#                 kind (acquire|wait|renew|release|handoff|fenced|vanish),
-#                 name, owner, ttl (ms), timeout (ms, wait), session_bound,
+#                 kind (acquire|wait|renew|release|handoff|fenced|vanish|
+#                 renew_all), name, owner, ttl (ms), timeout (ms, wait),
+#                 session_bound, slots (acquire, wait: the lease's number),
 #                 generation (the term renewed, released, handed off or
 #                 fenced),
 #                 called_at, returned_at,
@@ -26,25 +27,31 @@
 #                 unknown whether the call took effect), late (a renewal
 #                 after the ttl), fenced: ids (its rows), tag, fence_mode
 #                 (fence|trigger|both), isolation, stale, hung, phase (where
-#                 it failed); vanish: in_transaction } ]
+#                 it failed); vanish: in_transaction;
+#                 renew_all: owner, held ([ "name/generation" ] the client
+#                 believed it held), started_at and server_time (the
+#                 server's clock before and after it), rows => [ { name,
+#                 slot, generation, expires_at } ] (what it renewed) } ]
 #   notes  => [ { source (notify|catchup), listener, connection, port, seq,
 #                 event, name, owner, generation, received_at } ]
 #   nodes  => { port => { name, fate (final|sync|async), stop_t,
 #                         standby_stop_t } }
-#   final  => { history => [ { name, generation, owner, acquired_at, ended_at, how } ],
+#   final  => { history => [ { name, generation, owner, acquired_at, ended_at, how,
+#                              slot (a lease with slots) } ],
 #               events  => [ { seq, event, name, owner, generation } ],
-#               leases  => [ { name, state, owner, generation, acquired_at, expires_at } ],
+#               leases  => [ { name, slot, state, owner, generation, acquired_at, expires_at } ],
 #               rows    => [ { id, table (fence|trigger), name, generation, client, tag,
 #                              committed_at } ],
 #               unannounced => [ text ], amcheck => [ text ], crashes => [ text ] }
 #   old    => { port => { history => [ ... ] } }   (replaced primaries)
 #   clock_changes => [ [ t_from, t_to ] ]   (restarts that changed the clock)
 #   faults => [ { kind, port, started_at, ended_at, detail, ... } ]  (not judged)
+#   slots  => { name => N }   (the leases with slots, and their number)
 package Hoplock::Torture::Check;
 
 use strict;
 use warnings;
-use List::Util qw(max min);
+use List::Util qw(max min sum0);
 
 # What an asynchronous standby may miss: what its primary did in its last
 # moments.  A promoted asynchronous standby is stopped $ASYNC_MARGIN
@@ -57,22 +64,32 @@ our $ASYNC_MARGIN = 5;
 our $SYNC_VISIBLE_MARGIN = 2;
 
 our @CHECKS = (
-	[ overlap => 'the terms of a name never overlap in server time (final history, and each replaced primary\'s)' ],
+	[ overlap => 'the terms of a name (of a slot, for a lease with slots) never overlap in server time (final history, and each replaced primary\'s)' ],
+	[ slot_count => 'a lease with N slots never runs more than N terms at once, each in a slot numbered 1 to N; a lease without slots has no slot' ],
+	[ slot_owner => 'an owner never holds two terms of a name at once (two slots)' ],
+	[ slot_generations => 'the generations of a lease with slots are unique across its slots, and of two terms granted one after the other, the greater never began before the smaller' ],
 	[ reuse => 'no generation is granted twice: every result and history row of a generation names the same owner and acquired_at (a handoff\'s result too)' ],
 	[ order => 'generations only go up: no result carries a generation below one acknowledged before its call began, a new term is above every earlier one (crashes, promotions, asynchronous ones too)' ],
 	[ durable => 'no acknowledged grant, renewal, release or handoff is lost (crashes, synchronous promotion; an asynchronous one only its last moments)' ],
 	[ renew_null => 'a renewal returns NULL only once its term has ended' ],
-	[ fenced_term => 'every committed fenced row belongs to the term that held the lease at its commit, and to a term its writer was granted' ],
-	[ fenced_order => 'a name\'s fenced rows, in id (commit) order, never go back in generation' ],
+	[ fenced_term => 'every committed fenced row belongs to the term that held the lease (its slot) at its commit, and to a term its writer was granted' ],
+	[ fenced_order => 'a name\'s (a slot\'s) fenced rows, in id (commit) order, never go back in generation' ],
 	[ fenced_durable => 'acknowledged fenced commits survive (synchronous_commit = on); rolled-back ones left no row' ],
-	[ events_stream => 'each listener connection saw, per name, acquired(g) (renewed|proclaimed|step_down)(g)* then released(g) [freed(g)] or expired(g), then acquired(g\' > g)' ],
+	[ events_stream => 'each listener connection saw, per name (per slot, for a lease with slots), acquired(g) (renewed|proclaimed|step_down)(g)* then released(g) [freed(g)] or expired(g), then acquired(g\' > g)' ],
 	[ events_once => 'no term is announced as begun or ended twice, across crashes (listeners and hoplock_events(0))' ],
 	[ events_history => 'hoplock_events(0) is well formed per name and holds every event the listeners were sent' ],
 	[ final_state => 'at the end every lapsed term is announced, the lease table agrees with the history, and amcheck finds nothing' ],
 	[ no_crash => 'no server process crashed but the ones killed on purpose (no PANIC, assertion or signal but SIGKILL)' ],
 	[ hold => 'a term released (or ended with its session) within its min_hold kept its name from other owners until acquired_at + min_hold (final history)' ],
 	[ async_suffix => 'a promotion loses at most the last terms of each name: the replaced primary\'s history, cut at the end' ],
+	[ renew_all_ended => 'hoplock_renew_all never renews a term that had ended: not one ended before the call, nor past the expiry its owner was last given, nor once another term began in its slot' ],
+	[ renew_all_result => 'what hoplock_renew_all returns is the owner\'s terms (name, slot, generation), with one expiry, and none of its running attached terms left out' ],
+	[ keepalive_clock => 'a term of an owner with a keepalive never ends before it began (t/104: after the clock steps back)' ],
+	[ renew_all_inflight => 'hoplock_renew_all never renews a term whose end another transaction had in flight: no renewed(g) after released(g) (t/105, t/106)' ],
 );
+
+# Checks of known defects: reported, and judged as TODO
+our %TODO = ();
 
 sub check_ids { return map { $_->[0] } @CHECKS; }
 sub describe { my ($id) = @_; my ($c) = grep { $_->[0] eq $id } @CHECKS; return $c->[1]; }
@@ -105,11 +122,22 @@ sub acked_result { my ($c) = @_; return $c->{kind} =~ /^(acquire|wait|renew)$/ &
 sub fmt_call
 {
 	my ($c) = @_;
+	if ($c->{kind} eq 'renew_all' && !defined $c->{name})
+	{
+		my @f = ("client c$c->{client}", "renew_all($c->{owner}, $c->{ttl} ms)",
+			sprintf('t=%.3f..%.3f', $c->{called_at}, $c->{returned_at} // -1), "port $c->{port}");
+		push @f, "held [@{ $c->{held} // [] }]";
+		push @f, "clock $c->{started_at}..$c->{server_time}" if defined $c->{started_at};
+		push @f, '-> [' . join(', ', map { "$_->{name}" . (defined $_->{slot} ? "/slot $_->{slot}" : '') . " g=$_->{generation} exp=$_->{expires_at}" } @{ $c->{rows} }) . ']'
+		  if $c->{rows};
+		push @f, "error $c->{sqlstate}" . ($c->{unknown_outcome} ? ' (outcome unknown)' : '') if $c->{sqlstate};
+		return join(' ', @f);
+	}
 	my @f = ("client c$c->{client}", "$c->{kind}($c->{name}" . (defined $c->{generation} ? ", g=$c->{generation}" : '') . ')',
 		sprintf('t=%.3f..%.3f', $c->{called_at}, $c->{returned_at} // -1), "port $c->{port}",
 		"sc=$c->{synchronous_commit}");
 	push @f, 'owner ' . ($c->{owner} // '?');
-	push @f, "-> g=$c->{result}{generation} acq=$c->{result}{acquired_at} exp=$c->{result}{expires_at}" if $c->{result};
+	push @f, "-> g=$c->{result}{generation} acq=" . ($c->{result}{acquired_at} // '?') . " exp=$c->{result}{expires_at}" if $c->{result};
 	push @f, '-> NULL' if $c->{kind} =~ /^(acquire|wait|renew)$/ && !$c->{result} && !$c->{sqlstate};
 	push @f, "ok=$c->{ok}" if defined $c->{ok};
 	push @f, "st=$c->{server_time}" if defined $c->{server_time};
@@ -122,8 +150,8 @@ sub fmt_call
 sub fmt_term
 {
 	my ($t) = @_;
-	return sprintf('%s g=%s owner %s [%s, %s) %s', $t->{name}, $t->{generation}, $t->{owner}, $t->{acquired_at},
-		$t->{ended_at} // 'running', $t->{how} // '');
+	return sprintf('%s%s g=%s owner %s [%s, %s) %s', $t->{name}, has_slot($t) ? " slot $t->{slot}" : '',
+		$t->{generation}, $t->{owner}, $t->{acquired_at}, $t->{ended_at} // 'running', $t->{how} // '');
 }
 
 sub fmt_note
@@ -133,6 +161,31 @@ sub fmt_note
 		$e->{seq}, $e->{event}, $e->{name}, $e->{generation}, $e->{owner} // '?',
 		defined $e->{listener} ? "listener $e->{listener} connection " : '',
 		$e->{connection} // '', $e->{port} // '-', $e->{received_at} // 0);
+}
+
+# Whether an event, term or row has a slot (a lease with slots)
+sub has_slot
+{
+	my ($e) = @_;
+	return defined $e->{slot} && $e->{slot} ne '' && $e->{slot} ne '\\N';
+}
+
+# The stream an event (a term) belongs to: its name's, or its slot's for a
+# lease with slots (the payload's "slot", hoplock_events' slot column)
+sub stream_of
+{
+	my ($e) = @_;
+	return has_slot($e) ? "$e->{name} slot $e->{slot}" : $e->{name};
+}
+
+# terms of each stream (name, or name and slot), by generation
+sub by_stream
+{
+	my ($terms) = @_;
+	my %t;
+	push @{ $t{ stream_of($_) } }, $_ for @$terms;
+	@$_ = sort { $a->{generation} <=> $b->{generation} } @$_ for values %t;
+	return \%t;
 }
 
 # terms of each name, by generation: { name => [ terms ] }
@@ -156,6 +209,19 @@ sub below
 		if ($keys->[$mid] < $x) { $lo = $mid + 1 } else { $hi = $mid }
 	}
 	return $lo - 1;
+}
+
+# The owners that called hoplock_renew_all (while check runs)
+our %KEEPER;
+
+# A renewed(g) of a keeper's term after its released(g): what t/105's
+# defect leaves in a stream (judged apart; the stream goes on from the
+# released(g))
+sub renewed_after_release
+{
+	my ($p, $e) = @_;
+	return $p && $KEEPER{ $p->{owner} // '' } && $p->{event} eq 'released' && $e->{event} eq 'renewed'
+	  && $e->{generation} == $p->{generation};
 }
 
 # An event automaton: given the previous event of a name and the next one,
@@ -187,25 +253,44 @@ sub check
 	my %v = map { $_ => [] } check_ids();
 	my $final = $h->{final};
 	my $fterms = by_name($final->{history});
-	my %fterm;
-	for my $n (keys %$fterms)
+	my $fstreams = by_stream($final->{history});
+	my %nslots = %{ $h->{slots} // {} };
+	my %fterm;    # name => generation => { term, next (the next in its slot) }
+	for my $list (values %$fstreams)
 	{
-		my $list = $fterms->{$n};
 		for my $i (0 .. $#$list)
 		{
-			$fterm{$n}{ $list->[$i]{generation} } = { term => $list->[$i], next => $list->[ $i + 1 ] };
+			$fterm{ $list->[$i]{name} }{ $list->[$i]{generation} } = { term => $list->[$i], next => $list->[ $i + 1 ] };
 		}
 	}
 	my @calls = @{ $h->{calls} };
 	my @results = grep { acked_result($_) } @calls;
+	# Was call $c made on a steady clock?  The restarts that change the
+	# clock come in pairs, onto a clock ahead (by 3 s at most) and back:
+	# from the first to 4 s after the second, times read on the clock
+	# ahead -- and beginnings held to them -- mix with times read after.
+	my @cc = @{ $h->{clock_changes} // [] };
+	my @ahead;
+	for (my $i = 0; $i < @cc; $i += 2)
+	{
+		push @ahead, [ $cc[$i][0], $cc[ $i + 1 ] ? $cc[ $i + 1 ][1] + 4 : 9**9**9 ];
+	}
+	my $steady = sub {
+		my ($c) = @_;
+		return !grep { $_->[0] < $c->{returned_at} && $_->[1] > $c->{called_at} } @ahead;
+	};
 
 	# --- overlap -----------------------------------------------------------
 	# (a replaced primary's history shares most terms with the final one:
 	# what is wrong in both is reported once)
-	my @histories = ([ 'final history', $fterms ]);
-	push @histories, [ "history of replaced primary $_", by_name($h->{old}{$_}{history}) ]
+	my @histories = ([ 'final history', $fstreams ]);
+	push @histories, [ "history of replaced primary $_", by_stream($h->{old}{$_}{history}) ]
 	  for sort keys %{ $h->{old} // {} };
-	my (%said, @overlap);
+	# (a term of an owner with a keepalive that ends before it began: its
+	# own check, keepalive_clock)
+	my %keeper = map { ($_->{owner} => 1) } grep { $_->{kind} eq 'renew_all' } @calls;
+	local %KEEPER = %keeper;
+	my (%said, @overlap, @kclock);
 	for my $hist (@histories)
 	{
 		my ($what, $terms) = @$hist;
@@ -216,8 +301,10 @@ sub check
 			for my $i (0 .. $#$list)
 			{
 				my $t = $list->[$i];
-				push @found, "$what: term ends before it begins: " . fmt_term($t)
-				  if defined $t->{ended_at} && $t->{ended_at} < $t->{acquired_at};
+				if (defined $t->{ended_at} && $t->{ended_at} < $t->{acquired_at})
+				{
+					push @{ $keeper{ $t->{owner} } ? \@kclock : \@found }, "$what: term ends before it begins: " . fmt_term($t);
+				}
 				next if $i == 0;
 				my $p = $list->[ $i - 1 ];
 				if (!defined $p->{ended_at})
@@ -227,7 +314,9 @@ sub check
 				}
 				elsif ($t->{acquired_at} < $p->{acquired_at})
 				{
-					push @found, sprintf('%s: a term began %d us before the previous one began: %s / %s', $what,
+					# (after a term that ended before it began)
+					push @{ $keeper{ $p->{owner} } && $p->{ended_at} < $p->{acquired_at} && $t->{acquired_at} >= $p->{ended_at} ? \@kclock : \@found },
+					  sprintf('%s: a term began %d us before the previous one began: %s / %s', $what,
 						$p->{acquired_at} - $t->{acquired_at}, fmt_term($p), fmt_term($t));
 				}
 				elsif ($t->{acquired_at} < $p->{ended_at})
@@ -240,6 +329,7 @@ sub check
 		push @overlap, grep { (my $m = $_) =~ s/^[^:]*: //; !$said{$m}++ } @found;
 	}
 	$v{overlap} = \@overlap;
+	$v{keepalive_clock} = [ grep { (my $m = $_) =~ s/^[^:]*: //; !$said{$m}++ } @kclock ];
 
 	# --- reuse ------------------------------------------------------------------
 	my %seen;
@@ -279,11 +369,29 @@ sub check
 	}
 
 	# --- order ------------------------------------------------------------------
-	my %res_by_name;
-	push @{ $res_by_name{ $_->{name} } }, $_ for @results;
-	for my $n (sort keys %res_by_name)
+	# A new term is above every generation of its name acknowledged
+	# before; a result never goes back below one acknowledged before its
+	# call (of its slot, for a lease with slots: a slot's term is renewed
+	# while later terms run in the others).
+	my %slot_of;    # "n\0g" => its slot, from any history
+	for my $t (@{ $final->{history} }, map { @{ $_->{history} } } values %{ $h->{old} // {} })
 	{
-		my @r = sort { $a->{returned_at} <=> $b->{returned_at} } @{ $res_by_name{$n} };
+		$slot_of{"$t->{name}\0$t->{generation}"} = $t->{slot} if has_slot($t);
+	}
+	my (%res_by_name, %res_by_stream);
+	for my $c (@results)
+	{
+		push @{ $res_by_name{ $c->{name} } }, $c;
+		next unless $nslots{ $c->{name} };
+		my $slot = $slot_of{"$c->{name}\0$c->{result}{generation}"} // next;
+		push @{ $res_by_stream{"$c->{name} slot $slot"} }, $c;
+	}
+	my @groups = map { [ $res_by_name{$_}, !$nslots{$_}, 1 ] } sort keys %res_by_name;
+	push @groups, map { [ $res_by_stream{$_}, 1, 0 ] } sort keys %res_by_stream;
+	for my $group (@groups)
+	{
+		my ($list, $back, $new) = @$group;
+		my @r = sort { $a->{returned_at} <=> $b->{returned_at} } @$list;
 		# prefix maxima over results ordered by end: all; kept; per node
 		my (@t_all, @m_all, @t_kept, @m_kept, %t_node, %m_node);
 		for my $c (@r)
@@ -305,7 +413,7 @@ sub check
 			my $f = $first{ $c->{result}{generation} };
 			$first{ $c->{result}{generation} } = $c if !$f || $c->{called_at} < $f->{called_at};
 		}
-		for my $c (@r)
+		for my $c ($back ? @r : ())
 		{
 			my @before;
 			my $i = below(\@t_kept, $c->{called_at});
@@ -322,7 +430,7 @@ sub check
 				}
 			}
 		}
-		for my $c (values %first)
+		for my $c ($new ? values %first : ())
 		{
 			my $i = below(\@t_all, $c->{called_at});
 			next if $i < 0;
@@ -334,11 +442,19 @@ sub check
 	}
 
 	# --- durable ------------------------------------------------------------------
+	# (a term renewed by hoplock_renew_all: one result for each row)
+	my @renewed_all;
+	for my $c (grep { $_->{kind} eq 'renew_all' && !$_->{sqlstate} && $_->{rows} } @calls)
+	{
+		push @renewed_all, map { {
+			%$c, name => $_->{name}, generation => $_->{generation},
+			result => { generation => $_->{generation}, owner => $c->{owner}, expires_at => $_->{expires_at} } } } @{ $c->{rows} };
+	}
 	my %last_ext;    # "n\0g" => last kept acked result
-	for my $c (sort { $a->{called_at} <=> $b->{called_at} } @results)
+	for my $c (sort { $a->{called_at} <=> $b->{called_at} } @results, @renewed_all)
 	{
 		next unless kept($h, $c->{port}, $c->{returned_at});
-		push @{ $v{durable} }, 'an acknowledged grant is missing from the surviving history: ' . fmt_call($c)
+		push @{ $v{durable} }, 'an acknowledged grant or renewal is missing from the surviving history: ' . fmt_call($c)
 		  unless $fterm{ $c->{name} }{ $c->{result}{generation} };
 		$last_ext{"$c->{name}\0$c->{result}{generation}"} = $c;
 	}
@@ -347,6 +463,10 @@ sub check
 	{
 		push @{ $unknown_ext{"$c->{name}\0$c->{generation}"} }, $c->{called_at}
 		  if $c->{kind} eq 'renew' && $c->{unknown_outcome};
+		if ($c->{kind} eq 'renew_all' && $c->{unknown_outcome})
+		{
+			push @{ $unknown_ext{ join("\0", split(m{/}, $_, 2)) } }, $c->{called_at} for @{ $c->{held} // [] };
+		}
 	}
 	for my $key (sort keys %last_ext)
 	{
@@ -417,9 +537,14 @@ sub check
 			}
 		}
 	}
+	# (a step-down request of the name in flight is a change of the lease
+	# in flight: a renewal meanwhile is contended, NULL -- of a lease with
+	# slots, it changes every slot's term)
+	my @step_downs = grep { $_->{kind} eq 'step_down' } @calls;
 	for my $c (grep { $_->{kind} eq 'renew' && !$_->{sqlstate} && !$_->{result} } @calls)
 	{
 		next unless kept($h, $c->{port}, $c->{returned_at}) && defined $c->{server_time};
+		next if grep { $_->{name} eq $c->{name} && $_->{called_at} < $c->{returned_at} && $_->{returned_at} > $c->{called_at} } @step_downs;
 		my $ft = $fterm{ $c->{name} }{ $c->{generation} } or next;
 		my $t = $ft->{term};
 		next unless defined $t->{how} && $t->{how} =~ /^(expired|taken over)$/;
@@ -459,8 +584,9 @@ sub check
 	my %rows_by_name;
 	for my $r (@{ $final->{rows} })
 	{
-		push @{ $rows_by_name{ $r->{name} } }, $r;
 		my $ft = $fterm{ $r->{name} }{ $r->{generation} };
+		# (a lease with slots: its rows of each slot)
+		push @{ $rows_by_name{ $ft ? stream_of($ft->{term}) : $r->{name} } }, $r;
 		my $row = "row $r->{id} ($r->{table}, $r->{name}, g=$r->{generation}, client c$r->{client}, committed at "
 		  . ($r->{committed_at} // '?') . ')';
 		push @{ $v{fenced_term} }, "$row was written under a generation its writer was never granted"
@@ -520,16 +646,23 @@ sub check
 	my %hold;
 	$hold{"$_->{name}\0$_->{result}{generation}"} = $_->{min_hold} * 1000
 	  for grep { acked_result($_) && $_->{min_hold} } @calls;
-	for my $n (sort keys %$fterms)
+	# (a lease with slots: a slot's term kept by the hold of its slot's last)
+	for my $n (sort keys %$fstreams)
 	{
-		my $list = $fterms->{$n};
+		my $list = $fstreams->{$n};
 		for my $i (0 .. $#$list - 1)
 		{
 			my ($t, $u) = @$list[ $i, $i + 1 ];
-			my $us = $hold{"$n\0$t->{generation}"} or next;
+			my $us = $hold{"$t->{name}\0$t->{generation}"} or next;
 			next unless defined $t->{how} && $t->{how} =~ /^(released|session ended)$/;
 			my $until = $t->{acquired_at} + $us;
 			next if $t->{ended_at} >= $until || $u->{owner} eq $t->{owner};
+			# (a hold announced over on a clock a step ahead, the next term
+			# begun after the step back, where the beginning is held to the
+			# last end: judged when it was granted far from a restart that
+			# changed the clock)
+			my $gu = $grant{"$u->{name}\0$u->{generation}"};
+			next if $gu && !$steady->($gu);
 			push @{ $v{hold} }, "$n: term g=$u->{generation} of $u->{owner} began at $u->{acquired_at}, within the hold of g=$t->{generation} of $t->{owner} (until $until)"
 			  if $u->{acquired_at} < $until;
 		}
@@ -543,12 +676,17 @@ sub check
 		my %prev;
 		for my $e (@{ $conn{$k} })
 		{
-			my $p = $prev{ $e->{name} };
+			my $p = $prev{ stream_of($e) };
 			my $why = bad_step($p, $e);
+			if (renewed_after_release($p, $e))
+			{
+				push @{ $v{renew_all_inflight} }, "$why: " . fmt_note($p) . ' then ' . fmt_note($e);
+				next;
+			}
 			push @{ $v{events_stream} }, "$why: " . fmt_note($p) . ' then ' . fmt_note($e) if $why;
 			push @{ $v{events_stream} }, 'event numbers went back: ' . fmt_note($p) . ' then ' . fmt_note($e)
 			  if $p && $e->{seq} <= $p->{seq};
-			$prev{ $e->{name} } = $e;
+			$prev{ stream_of($e) } = $e;
 		}
 	}
 
@@ -574,13 +712,18 @@ sub check
 
 	# --- events_history -----------------------------------------------------------
 	my %fev;
-	push @{ $fev{ $_->{name} } }, $_ for sort { $a->{seq} <=> $b->{seq} } @{ $final->{events} };
+	push @{ $fev{ stream_of($_) } }, $_ for sort { $a->{seq} <=> $b->{seq} } @{ $final->{events} };
 	for my $n (sort keys %fev)
 	{
 		my $prev;
 		for my $e (@{ $fev{$n} })
 		{
 			my $why = !$prev && $e->{event} ne 'acquired' ? "the first event of $n is $e->{event}" : bad_step($prev, $e);
+			if (renewed_after_release($prev, $e))
+			{
+				push @{ $v{renew_all_inflight} }, "hoplock_events(0): $why: " . fmt_note($prev) . ' then ' . fmt_note($e);
+				next;
+			}
 			push @{ $v{events_history} }, "hoplock_events(0): $why: " . ($prev ? fmt_note($prev) . ' then ' : '') . fmt_note($e) if $why;
 			$prev = $e;
 		}
@@ -597,10 +740,11 @@ sub check
 	# --- final_state --------------------------------------------------------------
 	push @{ $v{final_state} }, "lapsed term not announced: $_" for @{ $final->{unannounced} // [] };
 	push @{ $v{final_state} }, "amcheck: $_" for @{ $final->{amcheck} // [] };
-	my %lease = map { $_->{name} => $_ } @{ $final->{leases} };
-	for my $n (sort keys %$fterms)
+	# (a lease with slots: a row per slot)
+	my %lease = map { stream_of($_) => $_ } @{ $final->{leases} };
+	for my $n (sort keys %$fstreams)
 	{
-		my $t = $fterms->{$n}[-1];
+		my $t = $fstreams->{$n}[-1];
 		my $l = $lease{$n};
 		if (!$l)
 		{
@@ -615,7 +759,7 @@ sub check
 	for my $n (sort keys %lease)
 	{
 		push @{ $v{final_state} }, "lease row of $n (g=$lease{$n}{generation}) has no term in the history"
-		  unless $fterms->{$n};
+		  unless $fstreams->{$n};
 	}
 
 	# --- no_crash -----------------------------------------------------------------
@@ -636,6 +780,209 @@ sub check
 			push @{ $v{async_suffix} }, "promotion from $port lost terms of $n before later ones it kept (kept up to g=$top): "
 			  . join(' / ', map { fmt_term($_) } @hole)
 			  if @hole;
+		}
+	}
+
+	# --- slot_count, slot_owner, slot_generations ---------------------------------
+
+	# Judged on the final history and each replaced primary's; what is
+	# wrong in both is reported once.
+	my @all_hist = ([ 'final history', $final->{history} ]);
+	push @all_hist, [ "history of replaced primary $_", $h->{old}{$_}{history} ] for sort keys %{ $h->{old} // {} };
+	my %said_slots;
+	my $say = sub {
+		my ($id, $what, $msg) = @_;
+		push @{ $v{$id} }, "$what: $msg" unless $said_slots{"$id\0$msg"}++;
+	};
+	for my $hist (@all_hist)
+	{
+		my ($what, $names) = ($hist->[0], by_name($hist->[1]));
+		for my $n (sort keys %$names)
+		{
+			my $list = $names->{$n};
+			my $N = $nslots{$n};
+			for my $t (@$list)
+			{
+				if ($N)
+				{
+					$say->('slot_count', $what, "a term of $n, which has $N slots, is in no slot 1 to $N: " . fmt_term($t))
+					  unless has_slot($t) && $t->{slot} >= 1 && $t->{slot} <= $N;
+				}
+				elsif (has_slot($t))
+				{
+					$say->('slot_count', $what, "a term of $n, which has no slots, has one: " . fmt_term($t));
+				}
+			}
+			# an owner's terms of the name, one after the other
+			my %own;
+			push @{ $own{ $_->{owner} } }, $_ for sort { $a->{acquired_at} <=> $b->{acquired_at} } @$list;
+			for my $o (sort keys %own)
+			{
+				my $l = $own{$o};
+				for my $i (1 .. $#$l)
+				{
+					my ($p, $t) = @$l[ $i - 1, $i ];
+					next unless !defined $p->{ended_at} || $p->{ended_at} > $t->{acquired_at};
+					my $msg = "owner $o held two terms of $n at once: " . fmt_term($p) . ' / ' . fmt_term($t);
+					# (a keeper's term that ended before it began: t/104)
+					if ($keeper{$o} && grep { defined $_->{ended_at} && $_->{ended_at} < $_->{acquired_at} } $p, $t)
+					{
+						$say->('keepalive_clock', $what, $msg);
+						next;
+					}
+					# (the end of one and the beginning of the other read on
+					# clocks a step apart: judged when both were granted far
+					# from a restart that changed the clock)
+					my ($gp, $gt) = map { $grant{"$n\0$_->{generation}"} } $p, $t;
+					next if ($gp && !$steady->($gp)) || ($gt && !$steady->($gt));
+					$say->('slot_owner', $what, $msg);
+				}
+			}
+			next unless $N;
+			# N terms at most: the running terms at each beginning (a term
+			# that ended as it began never ran)
+			my @edges = map { ([ $_->{acquired_at}, 1, $_ ], defined $_->{ended_at} ? ([ $_->{ended_at}, 0, $_ ]) : ()) }
+			  grep { !defined $_->{ended_at} || $_->{ended_at} > $_->{acquired_at} } @$list;
+			my %running;
+			for my $e (sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] } @edges)
+			{
+				my $t = $e->[2];
+				if (!$e->[1])
+				{
+					delete $running{"$t"};
+					next;
+				}
+				$running{"$t"} = $t;
+				next unless keys %running > $N;
+				# (two terms of one slot at once, with a keeper's term that
+				# ended before it began between them: t/104's defect)
+				my %in_slot;
+				push @{ $in_slot{ stream_of($_) } }, $_->{generation} for values %running;
+				my $clock = grep {
+					my @g = sort { $a <=> $b } @{ $in_slot{$_} };
+					my $s = $_;
+					@g > 1 && grep { $keeper{ $_->{owner} } && defined $_->{ended_at} && $_->{ended_at} < $_->{acquired_at}
+						  && stream_of($_) eq $s && $_->{generation} > $g[0] && $_->{generation} < $g[-1] } @$list
+				} keys %in_slot;
+				$say->($clock ? 'keepalive_clock' : 'slot_count', $what, scalar(keys %running) . " terms of $n, which has $N slots, ran at once: "
+					  . join(' / ', map { fmt_term($_) } sort { $a->{generation} <=> $b->{generation} } values %running));
+			}
+			for my $i (1 .. $#$list)
+			{
+				my ($p, $t) = @$list[ $i - 1, $i ];
+				if ($p->{generation} == $t->{generation})
+				{
+					$say->('slot_generations', $what, "generation $t->{generation} of $n in two terms: " . fmt_term($p) . ' / ' . fmt_term($t));
+				}
+				elsif ($t->{acquired_at} < $p->{acquired_at})
+				{
+					# (judged when the smaller was granted before the greater
+					# was asked for -- two grants at once in two slots read
+					# the clock and mint the generation in either order --
+					# and both on a steady clock: a slot's term begins no
+					# earlier than the slot's last ended, so after a clock
+					# step back a later term of another slot may begin
+					# earlier)
+					my ($gp, $gt) = map { $grant{"$n\0$_->{generation}"} } $p, $t;
+					next unless $gp && $gt && $gp->{returned_at} < $gt->{called_at} && $steady->($gp) && $steady->($gt);
+					$say->('slot_generations', $what, "a term of $n began before a smaller generation did: " . fmt_term($p) . ' / ' . fmt_term($t));
+				}
+			}
+		}
+	}
+
+	# --- renew_all_ended, renew_all_result ----------------------------------------
+	# (server times compared only far from a restart that changed the clock)
+	for my $c (grep { $_->{kind} eq 'renew_all' && !$_->{sqlstate} && $_->{rows} } @calls)
+	{
+		my %exp = map { ($_->{expires_at} => 1) } @{ $c->{rows} };
+		push @{ $v{renew_all_result} }, 'one call gave its terms different expiries: ' . fmt_call($c) if keys %exp > 1;
+		for my $r (@{ $c->{rows} })
+		{
+			my $row = "$r->{name}" . (has_slot($r) ? " slot $r->{slot}" : '') . " g=$r->{generation}";
+			my $ft = $fterm{ $r->{name} }{ $r->{generation} };
+			if (!$ft)
+			{
+				push @{ $v{renew_all_result} }, "it returned $row, a term missing from the surviving history: " . fmt_call($c)
+				  if kept($h, $c->{port}, $c->{returned_at});
+				next;
+			}
+			my $t = $ft->{term};
+			push @{ $v{renew_all_result} }, "it returned $row, which is not the owner's term in that slot: " . fmt_term($t) . ' / ' . fmt_call($c)
+			  if $t->{owner} ne $c->{owner} || stream_of($t) ne stream_of($r);
+			# (a renewal an asynchronous promotion may lose: not judged
+			# against the surviving history)
+			next unless $steady->($c) && kept($h, $c->{port}, $c->{returned_at});
+			if (defined $t->{ended_at} && $t->{ended_at} <= $c->{started_at})
+			{
+				# (a release or the end of its session that may have been in
+				# flight: t/105)
+				my $inflight = $t->{how} =~ /^(released|session ended)$/ && $c->{started_at} - $t->{ended_at} < 1_000_000;
+				push @{ $v{ $inflight ? 'renew_all_inflight' : 'renew_all_ended' } },
+				  "it renewed $row, which had ended before the call: " . fmt_term($t) . ' / ' . fmt_call($c);
+			}
+			my $u = $ft->{next};
+			push @{ $v{renew_all_ended} }, "it renewed $row after the next term of its slot began: " . fmt_term($t) . ' / ' . fmt_term($u) . ' / ' . fmt_call($c)
+			  if $u && $u->{acquired_at} <= $c->{started_at};
+		}
+	}
+	# Each client's calls in order: the expiry it was last given of each
+	# term, and the terms on its keepalive (returned by its last renew_all,
+	# or begun attached to it: their expiry is the keepalive's).
+	my %client_calls;
+	push @{ $client_calls{ $_->{client} } }, $_ for sort { $a->{called_at} <=> $b->{called_at} } @calls;
+	for my $cl (sort keys %client_calls)
+	{
+		my (%exp, %attached, $ka, $owner);
+		for my $c (@{ $client_calls{$cl} })
+		{
+			next unless $c->{kind} =~ /^(acquire|wait|release|renew_all)$/;
+			if (!defined $owner || $c->{owner} ne $owner || $c->{unknown_outcome})
+			{
+				# a new owner, or a call that may have changed what is known
+				%exp      = ();
+				%attached = ();
+				$ka       = undef;
+				$owner    = $c->{owner};
+				next if $c->{unknown_outcome};
+			}
+			if ($c->{kind} eq 'release')
+			{
+				delete $attached{"$c->{name}\0$c->{generation}"};
+				next;
+			}
+			if ($c->{kind} ne 'renew_all')
+			{
+				next if $c->{sqlstate} || !$c->{result};
+				my $key = "$c->{name}\0$c->{result}{generation}";
+				if (defined $exp{$key})    { delete $attached{$key} }    # taken again: off the keepalive
+				elsif (defined $ka && $c->{result}{expires_at} == $ka) { $attached{$key} = 1 }
+				$exp{$key} = $c->{result}{expires_at};
+				next;
+			}
+			next if $c->{sqlstate} || !$c->{rows};
+			my %got = map { ("$_->{name}\0$_->{generation}" => $_) } @{ $c->{rows} };
+			if ($steady->($c))
+			{
+				for my $key (sort keys %got)
+				{
+					push @{ $v{renew_all_ended} }, "it renewed a term whose expiry ($exp{$key}) its owner had been given had passed: $got{$key}{name} g=$got{$key}{generation}: "
+					  . fmt_call($c)
+					  if defined $exp{$key} && $c->{started_at} > $exp{$key};
+				}
+				my $judged = defined $ka && $c->{started_at} < $ka && kept($h, $c->{port}, $c->{returned_at});
+				for my $key ($judged ? sort keys %attached : ())
+				{
+					next if $got{$key};
+					my ($n, $g) = split /\0/, $key;
+					my $ft = $fterm{$n}{$g} or next;
+					push @{ $v{renew_all_result} }, "it left out a running term on its keepalive (which ran until $ka): " . fmt_term($ft->{term}) . ' / ' . fmt_call($c)
+					  if !defined $ft->{term}{ended_at} || $ft->{term}{ended_at} > $c->{server_time};
+				}
+			}
+			%attached = map { ($_ => 1) } keys %got;
+			$exp{$_} = $got{$_}{expires_at} for keys %got;
+			$ka = @{ $c->{rows} } ? $c->{rows}[0]{expires_at} : undef;
 		}
 	}
 
@@ -684,7 +1031,29 @@ sub counts
 	my %lost;
 	$lost{"$_->{name}\0$_->{result}{generation}"} = 1 for grep { acked_result($_) && !$fterm{"$_->{name}\0$_->{result}{generation}"} } @calls;
 	$n{grants_lost_in_async_promotion} = scalar keys %lost;
-	$n{$_} //= 0 for qw(contended fenced_refused);
+	my @ra = grep { $_->{kind} eq 'renew_all' } @calls;
+	$n{renew_all_ok} = grep { !$_->{sqlstate} } @ra;
+	$n{renew_all_terms} = sum0(map { scalar @{ $_->{rows} // [] } } @ra);
+	$n{renew_all_multi} = grep { @{ $_->{rows} // [] } > 1 } @ra;
+	$n{renew_all_late} = grep { $_->{late} } @ra;
+	# late calls that found some of the terms they held lapsed
+	$n{renew_all_lapsed} = grep { $_->{late} && !$_->{sqlstate} && @{ $_->{rows} // [] } < @{ $_->{held} // [] } } @ra;
+	my %slotted = %{ $h->{slots} // {} };
+	$n{slot_terms} = grep { $slotted{ $_->{name} } } @{ $h->{final}{history} };
+	$n{slot_rows} = grep { $slotted{ $_->{name} } } @{ $h->{final}{rows} };
+	$n{slot_max} = 0;
+	for my $name (keys %slotted)
+	{
+		my @edges = map { ([ $_->{acquired_at}, 1 ], defined $_->{ended_at} ? ([ $_->{ended_at}, -1 ]) : ()) }
+		  grep { $_->{name} eq $name } @{ $h->{final}{history} };
+		my $run = 0;
+		for my $e (sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] } @edges)
+		{
+			$run += $e->[1];
+			$n{slot_max} = $run if $run > $n{slot_max};
+		}
+	}
+	$n{$_} //= 0 for qw(contended fenced_refused calls_renew_all);
 	return \%n;
 }
 
@@ -706,16 +1075,48 @@ sub sample
 		{ %c, client => 2, kind => 'fenced', name => 'a', generation => 2, called_at => 1.7, returned_at => 1.75, ok => 1, ids => [2], tag => 'c2.1' },
 		{ %c, client => 1, kind => 'fenced', name => 'a', generation => 1, called_at => 2.1, returned_at => 2.15, sqlstate => '55P03', ids => [], tag => 'c1.2' },
 		{ %c, client => 2, kind => 'release', name => 'a', owner => 'o2', generation => 2, called_at => 1.8, returned_at => 1.85, ok => 1, server_time => $s + 800_000 },
+		# q has three slots: o1 and o2 take one each, then the keeper k
+		# (client 3) the one o1 left, and b; it renews both with
+		# hoplock_renew_all, twice, releases them, and is late once more
+		{ %c, client => 1, kind => 'acquire', name => 'q', owner => 'o1', slots => 3, called_at => 2.30, returned_at => 2.31, result => { generation => 3, owner => 'o1', acquired_at => $s + 1_000_000, expires_at => $s + 1_300_000 }, server_time => $s + 1_000_000 },
+		{ %c, client => 2, kind => 'acquire', name => 'q', owner => 'o2', slots => 3, called_at => 2.32, returned_at => 2.33, result => { generation => 4, owner => 'o2', acquired_at => $s + 1_100_000, expires_at => $s + 1_400_000 }, server_time => $s + 1_100_000 },
+		{ %c, client => 1, kind => 'fenced', name => 'q', generation => 3, called_at => 2.34, returned_at => 2.35, ok => 1, ids => [3], tag => 'c1.3' },
+		{ %c, client => 1, kind => 'release', name => 'q', owner => 'o1', generation => 3, called_at => 2.36, returned_at => 2.37, ok => 1, server_time => $s + 1_200_000 },
+		{ %c, client => 3, kind => 'acquire', name => 'q', owner => 'k', slots => 3, keeper => 1, called_at => 2.40, returned_at => 2.41, result => { generation => 5, owner => 'k', acquired_at => $s + 1_250_000, expires_at => $s + 1_350_000 }, server_time => $s + 1_250_000 },
+		{ %c, client => 3, kind => 'acquire', name => 'b', owner => 'k', slots => 1, keeper => 1, called_at => 2.42, returned_at => 2.43, result => { generation => 1, owner => 'k', acquired_at => $s + 1_260_000, expires_at => $s + 1_360_000 }, server_time => $s + 1_260_000 },
+		{ %c, client => 3, kind => 'renew_all', owner => 'k', ttl => 100, held => [ 'b/1', 'q/5' ], called_at => 2.50, returned_at => 2.51, started_at => $s + 1_300_000, server_time => $s + 1_300_100,
+		  rows => [ { name => 'q', slot => 1, generation => 5, expires_at => $s + 1_400_000 }, { name => 'b', slot => undef, generation => 1, expires_at => $s + 1_400_000 } ] },
+		{ %c, client => 3, kind => 'fenced', name => 'q', generation => 5, called_at => 2.52, returned_at => 2.53, ok => 1, ids => [5], tag => 'c3.1' },
+		{ %c, client => 2, kind => 'fenced', name => 'q', generation => 4, called_at => 2.54, returned_at => 2.55, ok => 1, ids => [6], tag => 'c2.2' },
+		{ %c, client => 3, kind => 'renew_all', owner => 'k', ttl => 100, held => [ 'b/1', 'q/5' ], called_at => 2.60, returned_at => 2.61, started_at => $s + 1_350_000, server_time => $s + 1_350_100,
+		  rows => [ { name => 'q', slot => 1, generation => 5, expires_at => $s + 1_450_000 }, { name => 'b', slot => undef, generation => 1, expires_at => $s + 1_450_000 } ] },
+		{ %c, client => 2, kind => 'release', name => 'q', owner => 'o2', generation => 4, called_at => 2.62, returned_at => 2.63, ok => 1, server_time => $s + 1_400_000 },
+		{ %c, client => 3, kind => 'release', name => 'q', owner => 'k', generation => 5, called_at => 2.70, returned_at => 2.71, ok => 1, server_time => $s + 1_430_000 },
+		{ %c, client => 3, kind => 'release', name => 'b', owner => 'k', generation => 1, called_at => 2.72, returned_at => 2.73, ok => 1, server_time => $s + 1_440_000 },
+		{ %c, client => 3, kind => 'renew_all', owner => 'k', ttl => 100, held => [], late => 1, called_at => 2.90, returned_at => 2.91, started_at => $s + 1_600_000, server_time => $s + 1_600_100, rows => [] },
 	);
 	my @history = (
 		{ name => 'a', generation => 1, owner => 'o1', acquired_at => $s, ended_at => $s + 600_000, how => 'taken over' },
 		{ name => 'a', generation => 2, owner => 'o2', acquired_at => $s + 600_000, ended_at => $s + 800_000, how => 'released' },
+		{ name => 'q', slot => 1, generation => 3, owner => 'o1', acquired_at => $s + 1_000_000, ended_at => $s + 1_200_000, how => 'released' },
+		{ name => 'q', slot => 2, generation => 4, owner => 'o2', acquired_at => $s + 1_100_000, ended_at => $s + 1_400_000, how => 'released' },
+		{ name => 'q', slot => 1, generation => 5, owner => 'k', acquired_at => $s + 1_250_000, ended_at => $s + 1_430_000, how => 'released' },
+		{ name => 'b', generation => 1, owner => 'k', acquired_at => $s + 1_260_000, ended_at => $s + 1_440_000, how => 'released' },
 	);
 	my @events = (
 		{ seq => 1, event => 'acquired', name => 'a', owner => 'o1', generation => 1 },
 		{ seq => 2, event => 'expired', name => 'a', owner => 'o1', generation => 1 },
 		{ seq => 3, event => 'acquired', name => 'a', owner => 'o2', generation => 2 },
 		{ seq => 4, event => 'released', name => 'a', owner => 'o2', generation => 2 },
+		# a lease with two slots: two terms at once, one stream per slot
+		{ seq => 5, event => 'acquired', name => 'q', slot => 1, owner => 'o1', generation => 3 },
+		{ seq => 6, event => 'acquired', name => 'q', slot => 2, owner => 'o2', generation => 4 },
+		{ seq => 7, event => 'released', name => 'q', slot => 1, owner => 'o1', generation => 3 },
+		{ seq => 8, event => 'acquired', name => 'q', slot => 1, owner => 'k', generation => 5 },
+		{ seq => 9, event => 'acquired', name => 'b', owner => 'k', generation => 1 },
+		{ seq => 10, event => 'released', name => 'q', slot => 2, owner => 'o2', generation => 4 },
+		{ seq => 11, event => 'released', name => 'q', slot => 1, owner => 'k', generation => 5 },
+		{ seq => 12, event => 'released', name => 'b', owner => 'k', generation => 1 },
 	);
 	my @notes = map { { %$_, source => 'notify', listener => 1, connection => 1, port => 1, received_at => 1 + $_->{seq} / 10 } } @events;
 	return {
@@ -725,15 +1126,25 @@ sub sample
 		final => {
 			history => \@history,
 			events => [ map { {%$_} } @events ],
-			leases => [ { name => 'a', state => 'r', owner => 'o2', generation => 2, acquired_at => $s + 600_000, expires_at => $s + 800_000 } ],
+			leases => [
+				{ name => 'a', state => 'r', owner => 'o2', generation => 2, acquired_at => $s + 600_000, expires_at => $s + 800_000 },
+				{ name => 'q', slot => 1, state => 'r', owner => 'k', generation => 5, acquired_at => $s + 1_250_000, expires_at => $s + 1_450_000 },
+				{ name => 'q', slot => 2, state => 'r', owner => 'o2', generation => 4, acquired_at => $s + 1_100_000, expires_at => $s + 1_400_000 },
+				{ name => 'b', state => 'r', owner => 'k', generation => 1, acquired_at => $s + 1_260_000, expires_at => $s + 1_450_000 },
+			],
+			# (in id order q's rows go from g=5 back to g=4: two slots)
 			rows => [
 				{ id => 1, table => 'f', name => 'a', generation => 1, client => 1, tag => 'c1.1', committed_at => $s + 200_000 },
 				{ id => 2, table => 't', name => 'a', generation => 2, client => 2, tag => 'c2.1', committed_at => $s + 700_000 },
+				{ id => 3, table => 'f', name => 'q', generation => 3, client => 1, tag => 'c1.3', committed_at => $s + 1_150_000 },
+				{ id => 5, table => 't', name => 'q', generation => 5, client => 3, tag => 'c3.1', committed_at => $s + 1_320_000 },
+				{ id => 6, table => 'f', name => 'q', generation => 4, client => 2, tag => 'c2.2', committed_at => $s + 1_380_000 },
 			],
 			unannounced => [], amcheck => [], crashes => [],
 		},
 		old => { 9 => { history => [ map { {%$_} } @history ] } },
 		clock_changes => [],
+		slots => { q => 3 },
 	};
 }
 
@@ -757,6 +1168,9 @@ our @MUTATIONS = (
 	[ fenced_durable => 'a refused transaction left its row', sub {
 		push @{ $_[0]{final}{rows} }, { id => 5, table => 'f', name => 'a', generation => 1, client => 1, tag => 'c1.2', committed_at => $_[0]{final}{rows}[0]{committed_at} } } ],
 	[ events_stream => 'an acquired without the end of the term before', sub { splice(@{ $_[0]{notes} }, 1, 1) } ],
+	[ events_stream => 'a slot\'s acquired without the end of its term before', sub { splice(@{ $_[0]{notes} }, 6, 1) } ],
+	[ events_history => 'a slot\'s term that ends twice in hoplock_events(0)', sub {
+		push @{ $_[0]{final}{events} }, { %{ $_[0]{final}{events}[10] }, seq => 99 } } ],
 	[ events_once => 'an expiry announced again after a crash', sub {
 		push @{ $_[0]{notes} }, { %{ $_[0]{notes}[1] }, seq => 9, connection => 2, received_at => 5 } } ],
 	[ events_history => 'an event sent that hoplock_events(0) does not have', sub { splice(@{ $_[0]{final}{events} }, 3, 1) } ],
@@ -769,7 +1183,60 @@ our @MUTATIONS = (
 		my $old = $_[0]{old}{9}{history};
 		push @$old, { %{ $old->[1] }, generation => 3, acquired_at => $old->[1]{ended_at}, ended_at => $old->[1]{ended_at} + 1 };
 		$old->[0]{generation} = 0.5 } ],
+	# slots
+	[ overlap => 'two terms of one slot overlap', sub { term($_[0], 'q', 5)->{acquired_at} = term($_[0], 'q', 3)->{ended_at} - 1 } ],
+	[ slot_count => 'more terms at once than the lease has slots', sub { $_[0]{slots}{q} = 1 } ],
+	[ slot_count => 'a term in a slot the lease does not have', sub { term($_[0], 'q', 5)->{slot} = 4 } ],
+	[ slot_owner => 'one owner in two slots at once', sub { term($_[0], 'q', 4)->{owner} = 'o1' } ],
+	[ slot_generations => 'one generation in two slots', sub { term($_[0], 'q', 5)->{generation} = 4 } ],
+	[ slot_generations => 'a greater generation began before a smaller one, in another slot', sub {
+		term($_[0], 'q', 4)->{acquired_at} = term($_[0], 'q', 3)->{acquired_at} - 1 } ],
+	[ fenced_term => 'a slot\'s row committed after the next term of its slot began', sub {
+		my ($r) = grep { $_->{id} == 3 } @{ $_[0]{final}{rows} };
+		$r->{committed_at} = term($_[0], 'q', 5)->{acquired_at} + 1 } ],
+	[ fenced_order => 'a slot\'s rows out of generation order', sub {
+		my ($r) = grep { $_->{id} == 5 } @{ $_[0]{final}{rows} };
+		$r->{id} = 2.5 } ],
+	# hoplock_renew_all
+	[ renew_all_ended => 'it returned a term that had expired before the call', sub {
+		@{ term($_[0], 'b', 1) }{qw(how ended_at)} = ('expired', renew_all($_[0], 0)->{started_at} - 1) } ],
+	[ renew_all_ended => 'it returned a term after the next term of its slot began', sub {
+		push @{ $_[0]{final}{history} }, { %{ term($_[0], 'q', 5) }, generation => 6, owner => 'o9', acquired_at => renew_all($_[0], 0)->{started_at} - 1 } } ],
+	[ renew_all_ended => 'it returned a term past the expiry its owner was last given', sub {
+		my ($c) = grep { $_->{kind} eq 'acquire' && $_->{name} eq 'b' } @{ $_[0]{calls} };
+		$c->{result}{expires_at} = renew_all($_[0], 0)->{started_at} - 1 } ],
+	[ renew_all_result => 'it returned a term in another slot', sub { renew_all($_[0], 0)->{rows}[0]{slot} = 2 } ],
+	[ renew_all_result => 'it returned another owner\'s term', sub {
+		push @{ renew_all($_[0], 0)->{rows} }, { name => 'q', slot => 2, generation => 4, expires_at => renew_all($_[0], 0)->{rows}[0]{expires_at} } } ],
+	[ renew_all_result => 'it left out a running term on its keepalive', sub { pop @{ renew_all($_[0], 1)->{rows} } } ],
+	[ renew_all_result => 'it gave its terms different expiries', sub { renew_all($_[0], 0)->{rows}[1]{expires_at}++ } ],
+	[ renew_all_inflight => 'a keeper\'s term renewed after its release, in hoplock_events(0)', sub {
+		my $ev = $_[0]{final}{events};
+		my ($rel) = grep { $_->{event} eq 'released' && $_->{name} eq 'b' } @$ev;
+		push @$ev, { %$rel, event => 'renewed', seq => $rel->{seq} + 0.5 } } ],
+	[ keepalive_clock => 'a term of an owner with a keepalive ends before it began', sub {
+		my $t = term($_[0], 'b', 1);
+		$t->{ended_at} = $t->{acquired_at} - 1 } ],
+	[ durable => 'a term renewed by hoplock_renew_all lapsed before the expiry it gave', sub {
+		my $t = term($_[0], 'b', 1);
+		@$t{qw(how ended_at)} = ('expired', renew_all($_[0], 1)->{rows}[0]{expires_at} - 1);
+		@{ $_[0]{calls} } = grep { !($_->{kind} eq 'release' && $_->{name} eq 'b') } @{ $_[0]{calls} } } ],
 );
+
+# In a sample: the term of name and generation in the final history; the
+# $i-th hoplock_renew_all call.
+sub term
+{
+	my ($h, $n, $g) = @_;
+	my ($t) = grep { $_->{name} eq $n && $_->{generation} == $g } @{ $h->{final}{history} };
+	return $t;
+}
+
+sub renew_all
+{
+	my ($h, $i) = @_;
+	return (grep { $_->{kind} eq 'renew_all' } @{ $h->{calls} })[$i];
+}
 
 # Returns [ check, what, detected (bool), messages ] for each mutation, and
 # the violations of the unchanged sample.
