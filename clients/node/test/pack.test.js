@@ -1,7 +1,7 @@
 'use strict';
-// npm pack, then an install into a fresh directory outside the tree,
-// offline (the tarball, and pg from what npm has fetched already); the
-// installed package loads and its types check with TypeScript.
+// npm pack, then an install into a fresh application outside the tree:
+// pg and the types first, then the tarball offline; the installed
+// package loads and its types check with TypeScript.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { execFileSync } = require('node:child_process');
@@ -25,8 +25,12 @@ test('npm pack installs offline in a fresh directory, with its types', () => {
     // the versions npm has fetched for clients/node (an offline resolve
     // of a range would pick the newest it has heard of)
     const have = (m) => JSON.parse(fs.readFileSync(path.join(top, 'node_modules', m, 'package.json'), 'utf8')).version;
-    npm(['install', '--offline', tgz, `pg@${have('pg')}`, `@types/node@${have('@types/node')}`,
-      `@types/pg@${have('@types/pg')}`], app);
+    const deps = [`pg@${have('pg')}`, `@types/node@${have('@types/node')}`, `@types/pg@${have('@types/pg')}`];
+    // npm ci fetched their tarballs but not the registry's metadata that
+    // an install by name needs (theirs and their dependencies'): the
+    // application installs them first, from npm's cache where it can
+    npm(['install', '--prefer-offline', ...deps], app);
+    npm(['install', '--offline', tgz, ...deps], app);
     const files = fs.readdirSync(path.join(app, 'node_modules', 'hoplock', 'dist')).sort();
     assert.deepEqual(files.filter((f) => f.endsWith('.d.ts')), ['elector.d.ts', 'index.d.ts', 'payload.d.ts']);
     const v = execFileSync(process.execPath, ['-e', `
