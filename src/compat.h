@@ -125,6 +125,8 @@ GetWALInsertionTimeLine(void)
 #include "miscadmin.h"
 #include "utils/tuplestore.h"
 
+#define MAT_SRF_USE_EXPECTED_DESC	0x01
+
 static inline void
 InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags)
 {
@@ -133,19 +135,42 @@ InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags)
 	MemoryContext old;
 
 	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		!(rsinfo->allowedModes & SFRM_Materialize))
+		!(rsinfo->allowedModes & SFRM_Materialize) ||
+		((flags & MAT_SRF_USE_EXPECTED_DESC) && rsinfo->expectedDesc == NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("set-valued function called in context that cannot accept a set")));
 	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+	if (flags & MAT_SRF_USE_EXPECTED_DESC)
+		tupdesc = rsinfo->expectedDesc;
+	else if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	rsinfo->returnMode = SFRM_Materialize;
 	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
 	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
 	MemoryContextSwitchTo(old);
 }
+#else
+#include "funcapi.h"
 #endif
+
+/*
+ * Set up a set-returning function's result as a tuplestore
+ * (InitMaterializedSRF), with the row shape the executor expects where it
+ * has one: the same columns as the function's declared result (its OUT
+ * arguments or row type, which a CREATE OR REPLACE cannot change), without
+ * building them again from pg_proc at every call.
+ */
+static inline void
+hl_materialize_srf(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo,
+						rsinfo != NULL && IsA(rsinfo, ReturnSetInfo) &&
+						rsinfo->expectedDesc != NULL ?
+						MAT_SRF_USE_EXPECTED_DESC : 0);
+}
 
 /*
  * Before PostgreSQL 15, a background worker had to deliver its own

@@ -313,6 +313,9 @@ open_owner_index(HlRelation *rel)
 		Relation	index;
 		Form_pg_index form;
 
+		/* the primary key, open already, is never the one */
+		if (rel->index != NULL && lfirst_oid(lc) == RelationGetRelid(rel->index))
+			continue;
 		if (!hl_lock_relation_briefly(lfirst_oid(lc), rel->lockmode))
 		{
 			list_free(indexes);

@@ -155,7 +155,7 @@ hoplock_worker_status(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int			ncolumns;
 
-	InitMaterializedSRF(fcinfo, 0);
+	hl_materialize_srf(fcinfo);
 	if (hl_shared == NULL)
 		PG_RETURN_VOID();
 	ncolumns = rsinfo->setDesc->natts;
@@ -261,7 +261,7 @@ hoplock_stats(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
-	InitMaterializedSRF(fcinfo, 0);
+	hl_materialize_srf(fcinfo);
 	if (hl_shared == NULL)
 		PG_RETURN_VOID();
 	for (int i = 0; i < hl_shared->nslots; i++)
@@ -328,7 +328,7 @@ hoplock_candidates(PG_FUNCTION_ARGS)
 	HlCandidateRow *rows;
 	int			n;
 
-	InitMaterializedSRF(fcinfo, 0);
+	hl_materialize_srf(fcinfo);
 	n = hl_candidates_list(&rows);
 	for (int i = 0; i < n; i++)
 	{
@@ -360,7 +360,7 @@ hoplock_refusals(PG_FUNCTION_ARGS)
 	HlRefusalRow *rows;
 	int			n;
 
-	InitMaterializedSRF(fcinfo, 0);
+	hl_materialize_srf(fcinfo);
 	n = hl_refusals_list(&rows);
 	for (int i = 0; i < n; i++)
 	{

@@ -34,6 +34,7 @@
 
 #include "args.h"
 #include "branch.h"
+#include "compat.h"
 #include "events.h"
 #include "hoplock.h"
 #include "keepalive.h"
@@ -703,7 +704,7 @@ hoplock_renew_all(PG_FUNCTION_ARGS)
 	int			polls = 0;		/* (still_attached) */
 
 	hl_prevent_write("hoplock_renew_all()");
-	InitMaterializedSRF(fcinfo, 0);
+	hl_materialize_srf(fcinfo);
 	namestrcpy(&role_name, GetUserNameFromId(GetUserId(), false));
 
 	if (!hl_open(HL_REL_LEASE, RowExclusiveLock, false, &lease_rel))

@@ -581,6 +581,9 @@ open_keepalive_index(HlRelation *rel)
 		Form_pg_index form;
 		List	   *pred;
 
+		/* the primary key, open already, is never the one */
+		if (rel->index != NULL && lfirst_oid(lc) == RelationGetRelid(rel->index))
+			continue;
 		if (!hl_lock_relation_briefly(lfirst_oid(lc), rel->lockmode))
 		{
 			list_free(indexes);

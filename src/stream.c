@@ -173,7 +173,7 @@ hoplock_events(PG_FUNCTION_ARGS)
 
 	check_primary("hoplock_events");
 	check_in_history(since);
-	InitMaterializedSRF(fcinfo, 0);
+	hl_materialize_srf(fcinfo);
 	(void) read_events(fcinfo, since);
 	PG_RETURN_VOID();
 }
@@ -228,7 +228,7 @@ hoplock_watch(PG_FUNCTION_ARGS)
 		deadline > END_TIMESTAMP)
 		deadline = END_TIMESTAMP;
 
-	InitMaterializedSRF(fcinfo, 0);
+	hl_materialize_srf(fcinfo);
 	cv = hl_watch_register(MyDatabaseId);
 	PG_TRY();
 	{
