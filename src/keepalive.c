@@ -296,51 +296,25 @@ hl_keepalive_parse_key(const char *name, int namelen, int64 *id)
 	return *id > 0;
 }
 
-/*
- * The keepalive table's btree index on (owner_roleid, owner); raises if it
- * has none.  Opened in the table's lock mode, without waiting more than
- * the table's opening would (hl_lock_relation_briefly): NULL if an index
- * is locked (REINDEX), as a locked table is busy.
- */
+/* The keepalive table's btree index on (owner_roleid, owner) */
+static bool
+is_owner_index(Relation index)
+{
+	Form_pg_index form = index->rd_index;
+
+	return index->rd_rel->relam == BTREE_AM_OID &&
+		form->indnkeyatts == 2 &&
+		form->indkey.values[0] == Anum_keepalive_owner_roleid &&
+		form->indkey.values[1] == Anum_keepalive_owner &&
+		RelationGetIndexPredicate(index) == NIL &&
+		RelationGetIndexExpressions(index) == NIL;
+}
+
+/* That index, opened as hl_open_index() opens one: NULL if locked */
 static Relation
 open_owner_index(HlRelation *rel)
 {
-	List	   *indexes = RelationGetIndexList(rel->heap);
-	ListCell   *lc;
-
-	foreach(lc, indexes)
-	{
-		Relation	index;
-		Form_pg_index form;
-
-		/* the primary key, open already, is never the one */
-		if (rel->index != NULL && lfirst_oid(lc) == RelationGetRelid(rel->index))
-			continue;
-		if (!hl_lock_relation_briefly(lfirst_oid(lc), rel->lockmode))
-		{
-			list_free(indexes);
-			return NULL;
-		}
-		index = index_open(lfirst_oid(lc), NoLock);
-		form = index->rd_index;
-
-		if (index->rd_rel->relam == BTREE_AM_OID &&
-			form->indnkeyatts == 2 && form->indisvalid && form->indisready &&
-			form->indkey.values[0] == Anum_keepalive_owner_roleid &&
-			form->indkey.values[1] == Anum_keepalive_owner &&
-			RelationGetIndexPredicate(index) == NIL &&
-			RelationGetIndexExpressions(index) == NIL)
-		{
-			list_free(indexes);
-			return index;
-		}
-		index_close(index, rel->lockmode);
-	}
-	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("table \"hoplock_internal.keepalive\" has no valid index on (owner_roleid, owner)"),
-			 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION, or REINDEX the table.")));
-	return NULL;				/* keep the compiler quiet */
+	return hl_open_index(rel, is_owner_index, "on (owner_roleid, owner)");
 }
 
 /*

@@ -59,6 +59,8 @@ extern bool hl_extension_current(void);
 extern Oid	hl_sequence_oid(const char *name);
 extern TupleDesc hl_lease_result_desc(FunctionCallInfo fcinfo);
 extern bool hl_lock_relation_briefly(Oid relid, LOCKMODE lockmode);
+extern Relation hl_open_index(HlRelation *rel, bool (*matches) (Relation index),
+							  const char *what);
 extern bool hl_table_has_foreign_constraints(HlRelation *rel);
 extern bool hl_table_has_after_triggers(HlRelation *rel);
 

@@ -565,57 +565,34 @@ hl_store_scan(text *after, int limit,
 /*
  * The lease table's btree index on keepalive, partial WHERE keepalive IS
  * NOT NULL, which hoplock_renew_all and the worker read a keepalive's terms
- * through; raises if the table has none.  Opened in the table's lock mode,
- * without waiting more than the table's opening would
- * (hl_lock_relation_briefly): NULL if an index is locked (REINDEX).
+ * through.
  */
+static bool
+is_keepalive_index(Relation index)
+{
+	Form_pg_index form = index->rd_index;
+	List	   *pred;
+	NullTest   *nt;
+
+	if (index->rd_rel->relam != BTREE_AM_OID || form->indnkeyatts != 1 ||
+		form->indkey.values[0] != Anum_lease_keepalive ||
+		RelationGetIndexExpressions(index) != NIL)
+		return false;
+	pred = RelationGetIndexPredicate(index);
+	if (list_length(pred) != 1 || !IsA(linitial(pred), NullTest))
+		return false;
+	nt = (NullTest *) linitial(pred);
+	return nt->nulltesttype == IS_NOT_NULL && !nt->argisrow &&
+		IsA(nt->arg, Var) &&
+		((Var *) nt->arg)->varattno == Anum_lease_keepalive;
+}
+
+/* That index, opened as hl_open_index() opens one: NULL if locked */
 static Relation
 open_keepalive_index(HlRelation *rel)
 {
-	List	   *indexes = RelationGetIndexList(rel->heap);
-	ListCell   *lc;
-
-	foreach(lc, indexes)
-	{
-		Relation	index;
-		Form_pg_index form;
-		List	   *pred;
-
-		/* the primary key, open already, is never the one */
-		if (rel->index != NULL && lfirst_oid(lc) == RelationGetRelid(rel->index))
-			continue;
-		if (!hl_lock_relation_briefly(lfirst_oid(lc), rel->lockmode))
-		{
-			list_free(indexes);
-			return NULL;
-		}
-		index = index_open(lfirst_oid(lc), NoLock);
-		form = index->rd_index;
-
-		if (index->rd_rel->relam == BTREE_AM_OID &&
-			form->indnkeyatts == 1 && form->indisvalid && form->indisready &&
-			form->indkey.values[0] == Anum_lease_keepalive &&
-			RelationGetIndexExpressions(index) == NIL &&
-			(pred = RelationGetIndexPredicate(index)) != NIL &&
-			list_length(pred) == 1 && IsA(linitial(pred), NullTest))
-		{
-			NullTest   *nt = (NullTest *) linitial(pred);
-
-			if (nt->nulltesttype == IS_NOT_NULL && !nt->argisrow &&
-				IsA(nt->arg, Var) &&
-				((Var *) nt->arg)->varattno == Anum_lease_keepalive)
-			{
-				list_free(indexes);
-				return index;
-			}
-		}
-		index_close(index, rel->lockmode);
-	}
-	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("table \"hoplock_internal.lease\" has no valid index on keepalive WHERE keepalive IS NOT NULL"),
-			 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION, or REINDEX the table.")));
-	return NULL;				/* keep the compiler quiet */
+	return hl_open_index(rel, is_keepalive_index,
+						 "on keepalive WHERE keepalive IS NOT NULL");
 }
 
 /*

@@ -593,6 +593,50 @@ hl_lock_relation_briefly(Oid relid, LOCKMODE lockmode)
 	}
 }
 
+/*
+ * The first index of rel's table, besides its primary key (open already),
+ * that "matches" accepts -- valid and ready, the caller checks the rest --
+ * opened in the table's lock mode without waiting more than the table's
+ * opening would (hl_lock_relation_briefly): NULL if an index is locked
+ * (REINDEX), as a locked table is busy.  Raises if the table has none;
+ * "what" names the index in the message ("on keepalive").
+ */
+Relation
+hl_open_index(HlRelation *rel, bool (*matches) (Relation index),
+			  const char *what)
+{
+	List	   *indexes = RelationGetIndexList(rel->heap);
+	ListCell   *lc;
+
+	foreach(lc, indexes)
+	{
+		Oid			indexid = lfirst_oid(lc);
+		Relation	index;
+
+		if (rel->index != NULL && indexid == RelationGetRelid(rel->index))
+			continue;
+		if (!hl_lock_relation_briefly(indexid, rel->lockmode))
+		{
+			list_free(indexes);
+			return NULL;
+		}
+		index = index_open(indexid, NoLock);
+		if (index->rd_index->indisvalid && index->rd_index->indisready &&
+			matches(index))
+		{
+			list_free(indexes);
+			return index;
+		}
+		index_close(index, rel->lockmode);
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table \"%s\" has no valid index %s",
+					qualified_name(rel->heap), what),
+			 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION, or REINDEX the table.")));
+	return NULL;				/* keep the compiler quiet */
+}
+
 /* Raise 55P03: one of hoplock's tables is locked (maintenance). */
 void
 hl_table_busy_error(HlRel which)
