@@ -374,8 +374,13 @@ hl_keepalive_count_role(HlRelation *rel, Oid roleid, int64 limit)
 	ScanKeyData key;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	Snapshot	snapshot;
 	int64		n = 0;
+
+	/* locked by maintenance: busy, as the table would be */
+	if (index == NULL)
+		hl_table_busy_error(rel->which);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
 
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(roleid));

@@ -752,6 +752,10 @@ hl_store_keepalive_joining(HlRelation *rel, int64 id)
 	SnapshotData dirty;
 	bool		joining = false;
 
+	/* locked by maintenance: busy, as the table would be */
+	if (index == NULL)
+		hl_table_busy_error(rel->which);
+
 	InitDirtySnapshot(dirty);
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(id));
 	slot = table_slot_create(rel->heap, NULL);
