@@ -260,10 +260,20 @@ Datum
 hoplock_stats(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			reset_column;
 
 	hl_materialize_srf(fcinfo);
 	if (hl_shared == NULL)
 		PG_RETURN_VOID();
+
+	/*
+	 * stats_reset is the last column the SQL declares; the SQL of 1.1.0
+	 * declares the first eight counters only, before it.
+	 */
+	reset_column = rsinfo->setDesc->natts - 1;
+	if (reset_column <= ST_COUNTERS || reset_column > ST_STATS_RESET)
+		elog(ERROR, "hoplock_internal.stats() is declared with %d columns",
+			 rsinfo->setDesc->natts);
 	for (int i = 0; i < hl_shared->nslots; i++)
 	{
 		HlDbSlot   *slot = &hl_shared->slots[i];
@@ -276,7 +286,7 @@ hoplock_stats(PG_FUNCTION_ARGS)
 		LWLockAcquire(slot->lock, LW_SHARED);
 		dboid = slot->dboid;
 		reset = slot->stats_reset;
-		for (int c = 0; c < HL_NCOUNTERS; c++)
+		for (int c = 0; ST_COUNTERS + c < reset_column; c++)
 			values[ST_COUNTERS + c] =
 				Int64GetDatum((int64) pg_atomic_read_u64(&slot->counters[c]));
 		LWLockRelease(slot->lock);
@@ -286,7 +296,7 @@ hoplock_stats(PG_FUNCTION_ARGS)
 		values[ST_DATID] = ObjectIdGetDatum(dboid);
 		values[ST_DATNAME] = dbname ? CStringGetTextDatum(dbname) : (Datum) 0;
 		nulls[ST_DATNAME] = (dbname == NULL);
-		set_timestamp(values, nulls, ST_STATS_RESET, reset);
+		set_timestamp(values, nulls, reset_column, reset);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	PG_RETURN_VOID();
