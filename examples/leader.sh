@@ -36,7 +36,8 @@ release() {
 }
 trap release INT TERM
 
-q <<'SQL' || exit 1
+create_work_log() {
+    q <<'SQL'
 SET client_min_messages = warning;
 CREATE TABLE IF NOT EXISTS :"work".work_log (
     id         bigserial PRIMARY KEY,
@@ -46,6 +47,10 @@ CREATE TABLE IF NOT EXISTS :"work".work_log (
     at         timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
 );
 SQL
+}
+# instances started at once race in CREATE TABLE IF NOT EXISTS: the loser
+# fails on the catalog's unique index, and its second try finds the table
+create_work_log 2>/dev/null || create_work_log || exit 1
 
 while :; do
     # a follower: sleep in the server until the lease is free (or a ttl

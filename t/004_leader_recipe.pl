@@ -108,6 +108,35 @@ is($err_c . $err_d, '', 'no errors from either instance');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM hoplock.hoplock_leases WHERE NOT expired'),
 	'0', 'both released');
 
+# Instances started at once, before work_log exists: they race to create
+# it, and none may die of losing (CREATE TABLE IF NOT EXISTS does not
+# serialise concurrent creators).  Fresh schemas, four at a time.
+local $ENV{LEADER_TTL} = '1';
+my $died = '';
+for my $round (1 .. 5)
+{
+	$node->safe_psql('postgres', "CREATE SCHEMA race$round");
+	local $ENV{LEADER_WORK_SCHEMA} = "race$round";
+	my @runs;
+	for my $i (1 .. 4)
+	{
+		my ($out, $err) = ('', '');
+		push @runs,
+		  [ IPC::Run::start([ 'sh', 'examples/leader.sh', "race$round" ], '>', \$out, '2>', \$err), \$err ];
+	}
+	$node->poll_query_until('postgres', "SELECT count(*) > 0 FROM race$round.work_log")
+	  or die "nobody led in round $round";
+	usleep(300_000);
+	for my $run (@runs)
+	{
+		$died .= "round $round: exited early: ${$run->[1]}" unless $run->[0]->pumpable;
+		$run->[0]->signal('TERM');
+		$run->[0]->finish;
+		$died .= "round $round: ${$run->[1]}" if ${$run->[1]} ne '';
+	}
+}
+is($died, '', 'instances started at once all survive creating work_log');
+
 # A ttl that is not a number is refused at once.
 local $ENV{LEADER_TTL} = '1s';
 my ($out_e, $err_e) = ('', '');

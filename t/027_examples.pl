@@ -154,5 +154,40 @@ for my $lang (sort keys %programs)
 	is($err, '', "$lease: it printed no error");
 }
 
+# Instances started at once, before their work_log exists: they race to
+# create it, and none may die of losing (CREATE TABLE IF NOT EXISTS does
+# not serialise concurrent creators).  Fresh schemas, three at a time.
+for my $lang (sort keys %programs)
+{
+	next if $lang eq 'python' && system('/usr/bin/python3 -c "import psycopg2" 2>/dev/null') != 0;
+	next if $lang eq 'node' && !-d 'examples/node/node_modules/pg';
+	local $ENV{LEADER_TTL} = '1';
+	my $died = '';
+	for my $round (1 .. 3)
+	{
+		my $schema = "race_${lang}_$round";
+		$node->safe_psql('postgres', "CREATE SCHEMA $schema");
+		local $ENV{LEADER_WORK_SCHEMA} = $schema;
+		my @runs;
+		for (1 .. 3)
+		{
+			my ($out, $err) = ('', '');
+			push @runs, [ IPC::Run::start([ @{ $programs{$lang} }, $schema ], '>', \$out, '2>', \$err), \$err ];
+		}
+		$node->poll_query_until('postgres',
+			"SELECT to_regclass('$schema.work_log') IS NOT NULL AND (SELECT count(*) > 0 FROM $schema.work_log)")
+		  or die "$schema: nobody led";
+		usleep(300_000);
+		for my $run (@runs)
+		{
+			$died .= "$schema exited early: ${$run->[1]}" unless $run->[0]->pumpable;
+			$run->[0]->signal('TERM');
+			$run->[0]->finish;
+			$died .= "$schema: ${$run->[1]}" if ${$run->[1]} ne '';
+		}
+	}
+	is($died, '', "$lang: instances started at once all survive creating work_log");
+}
+
 $node->stop;
 done_testing();

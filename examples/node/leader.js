@@ -190,9 +190,18 @@ async function main() {
   });
   conn = await connect();
   await conn.query('SET client_min_messages = warning');
-  await conn.query(`CREATE TABLE IF NOT EXISTS ${workLog} (
+  const create = `CREATE TABLE IF NOT EXISTS ${workLog} (
       id bigserial PRIMARY KEY, lease text NOT NULL, owner text NOT NULL,
-      generation bigint NOT NULL, at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())`);
+      generation bigint NOT NULL, at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())`;
+  try {
+    await conn.query(create);
+  } catch (e) {
+    // instances started at once race in CREATE TABLE IF NOT EXISTS: the
+    // loser fails on the catalog's unique index (23505), and its second
+    // try finds the table
+    if (e.code !== '23505') throw e;
+    await conn.query(create);
+  }
 
   const stop = () => { stopping = true; };
   process.on('SIGTERM', stop);

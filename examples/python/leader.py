@@ -214,11 +214,17 @@ def main():
         cur.execute("LISTEN hoplock")
     with conn.cursor() as cur:
         cur.execute("SET client_min_messages = warning")
-        cur.execute(sql.SQL("""CREATE TABLE IF NOT EXISTS {}.work_log (
-                           id bigserial PRIMARY KEY, lease text NOT NULL,
-                           owner text NOT NULL, generation bigint NOT NULL,
-                           at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())""")
-                    .format(sql.Identifier(WORK_SCHEMA)))
+        create = sql.SQL("""CREATE TABLE IF NOT EXISTS {}.work_log (
+                            id bigserial PRIMARY KEY, lease text NOT NULL,
+                            owner text NOT NULL, generation bigint NOT NULL,
+                            at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())""")
+        try:
+            cur.execute(create.format(sql.Identifier(WORK_SCHEMA)))
+        except psycopg2.errors.UniqueViolation:
+            # instances started at once race in CREATE TABLE IF NOT EXISTS:
+            # the loser fails on the catalog's unique index, and its
+            # second try finds the table
+            cur.execute(create.format(sql.Identifier(WORK_SCHEMA)))
     generation = None
     try:
         while True:

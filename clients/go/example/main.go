@@ -57,12 +57,21 @@ func main() {
 	defer stop()
 
 	workLog := `"` + strings.ReplaceAll(*workSchema, `"`, `""`) + `".work_log`
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+workLog+` (
+	create := `CREATE TABLE IF NOT EXISTS ` + workLog + ` (
 		id         bigserial PRIMARY KEY,
 		lease      text NOT NULL,
 		owner      text NOT NULL,
 		generation bigint NOT NULL,
-		at         timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())`); err != nil {
+		at         timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())`
+	_, err = db.ExecContext(ctx, create)
+	var pgErr interface{ SQLState() string } // pgx's and lib/pq's errors
+	if errors.As(err, &pgErr) && pgErr.SQLState() == "23505" {
+		// instances started at once race in CREATE TABLE IF NOT EXISTS: the
+		// loser fails on the catalog's unique index, and its second try
+		// finds the table
+		_, err = db.ExecContext(ctx, create)
+	}
+	if err != nil {
 		log.Fatal(err)
 	}
 
