@@ -518,6 +518,15 @@ hoplock_launcher_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+
+	/*
+	 * A reload signalled while the postmaster started this process can be
+	 * lost: a background worker ignores SIGHUP until it sets its handler
+	 * (just above), and the postmaster forked it with the settings it had
+	 * before the reload.  Read the configuration files once now, as the
+	 * reload would have.
+	 */
+	ProcessConfigFile(PGC_SIGHUP);
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	if (hl_shared == NULL)

@@ -1701,6 +1701,15 @@ hoplock_worker_main(Datum arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
+	/*
+	 * A reload signalled while the postmaster started this process can be
+	 * lost: a background worker ignores SIGHUP until it sets its handler
+	 * (just above), and the postmaster forked it with the settings it had
+	 * before the reload.  Read the configuration files once now, as the
+	 * reload would have.
+	 */
+	ProcessConfigFile(PGC_SIGHUP);
+
 	if (hl_shared == NULL || DatumGetInt32(arg) < 0 ||
 		DatumGetInt32(arg) >= hl_shared->nslots)
 		proc_exit(0);
