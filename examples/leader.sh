@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS :"work".work_log (
 SQL
 }
 # instances started at once race in CREATE TABLE IF NOT EXISTS: the loser
-# fails on the catalog's unique index, and its second try finds the table
+# fails ("already exists", or on a catalog's unique index), and its second
+# try finds the table; any other error comes again
 create_work_log 2>/dev/null || create_work_log || exit 1
 
 while :; do

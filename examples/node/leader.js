@@ -197,9 +197,8 @@ async function main() {
     await conn.query(create);
   } catch (e) {
     // instances started at once race in CREATE TABLE IF NOT EXISTS: the
-    // loser fails on the catalog's unique index (23505), and its second
-    // try finds the table
-    if (e.code !== '23505') throw e;
+    // loser fails ("already exists", or on a catalog's unique index), and
+    // its second try finds the table; any other error comes again
     await conn.query(create);
   }
 

@@ -220,10 +220,11 @@ def main():
                             at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())""")
         try:
             cur.execute(create.format(sql.Identifier(WORK_SCHEMA)))
-        except psycopg2.errors.UniqueViolation:
+        except psycopg2.Error:
             # instances started at once race in CREATE TABLE IF NOT EXISTS:
-            # the loser fails on the catalog's unique index, and its
-            # second try finds the table
+            # the loser fails ("already exists", or on a catalog's unique
+            # index), and its second try finds the table; any other error
+            # comes again
             cur.execute(create.format(sql.Identifier(WORK_SCHEMA)))
     generation = None
     try:

@@ -65,10 +65,10 @@ func main() {
 		at         timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())`
 	_, err = db.ExecContext(ctx, create)
 	var pgErr interface{ SQLState() string } // pgx's and lib/pq's errors
-	if errors.As(err, &pgErr) && pgErr.SQLState() == "23505" {
+	if errors.As(err, &pgErr) {
 		// instances started at once race in CREATE TABLE IF NOT EXISTS: the
-		// loser fails on the catalog's unique index, and its second try
-		// finds the table
+		// loser fails ("already exists", or on a catalog's unique index),
+		// and its second try finds the table; any other error comes again
 		_, err = db.ExecContext(ctx, create)
 	}
 	if err != nil {
