@@ -42,7 +42,10 @@ $node->safe_psql('postgres', q{
 	END $$;
 	CREATE TRIGGER slow_forget AFTER DELETE ON hoplock_internal.lease
 	   FOR EACH ROW EXECUTE FUNCTION public.slow_forget();
-	SELECT hoplock_acquire('a-' || i, 'o', '1 h') FROM generate_series(0, 1) i;
+	-- 2 h: the worker, an hour ahead, must not see them lapse before
+	-- they are released (with 1 h it did, once, and the release of a-1
+	-- found its term over)
+	SELECT hoplock_acquire('a-' || i, 'o', '2 h') FROM generate_series(0, 1) i;
 	SELECT hoplock_release('a-' || i, 'o') FROM generate_series(0, 1) i;
 });
 
@@ -51,7 +54,11 @@ my %first = map { split /=/ } split /,/, $node->safe_psql('postgres', q{
 	SELECT string_agg(l.name || '=' || l.generation, ',' ORDER BY l.name)
 	  FROM hoplock_internal.lease AS l JOIN hoplock_internal.history AS h USING (name)
 	 WHERE l.generation = h.generation AND l.generation IS NOT NULL});
-is(join(' ', sort keys %first), 'a-0 a-1', 'two released names at the generation of their first term');
+is(join(' ', sort keys %first), 'a-0 a-1', 'two released names at the generation of their first term')
+  or diag($node->safe_psql('postgres', q{
+	SELECT 'lease ' || l.name || ' ' || l.generation || ' ' || l.state FROM hoplock_internal.lease AS l
+	UNION ALL
+	SELECT 'history ' || h.name || ' ' || h.generation || ' ' || coalesce(h.how, '-') FROM hoplock_internal.history AS h}));
 my $g1 = $first{'a-1'} // 0;
 
 # the sweep scanned both, raised the floor to their generations, and is
