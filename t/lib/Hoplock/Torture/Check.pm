@@ -396,8 +396,18 @@ sub check
 		my (@t_all, @m_all, @t_kept, @m_kept, %t_node, %m_node);
 		for my $c (@r)
 		{
-			push @t_all, $c->{returned_at};
-			push @m_all, (!@m_all || $c->{result}{generation} > $m_all[-1]{result}{generation}) ? $c : $m_all[-1];
+			# (a result lost with its node in an asynchronous promotion,
+			# minted while that node's clock was ahead or within 4 s of its
+			# step back, may be above every later term: a branch begun after
+			# the fork is above what was minted before it only while the
+			# clock did not step back by more than the fork's age --
+			# docs/forks-and-events.md, property 2 -- and the steps here are
+			# 3 s, the branch margin 1 s)
+			if (kept($h, $c->{port}, $c->{returned_at}) || $steady->($c))
+			{
+				push @t_all, $c->{returned_at};
+				push @m_all, (!@m_all || $c->{result}{generation} > $m_all[-1]{result}{generation}) ? $c : $m_all[-1];
+			}
 			if (kept($h, $c->{port}, $c->{returned_at}))
 			{
 				push @t_kept, $c->{returned_at};
