@@ -94,6 +94,9 @@ SELECT hoplock_release('hs-s', 'alice-s');
 RESET statement_timeout;
 RESET ROLE;
 SELECT dblink_exec('mallory', 'ROLLBACK');
+-- her temp table goes now: a session's own go only as it exits, which
+-- can come after the DROP ROLE below
+SELECT dblink_exec('mallory', 'DROP TABLE seen');
 SELECT dblink_disconnect('mallory');
 SELECT dblink_disconnect('alice');
 DROP ROLE regress_sqled_mallory;
