@@ -218,3 +218,24 @@ CREATE TYPE @extschema@.hoplock_lease AS (
     step_down   boolean
 );
 COMMENT ON TYPE @extschema@.hoplock_lease IS 'one term of a lease, as returned by the hoplock functions';
+
+CREATE TYPE @extschema@.hoplock_renewed AS (
+    name        text,
+    slot        integer,
+    generation  bigint,
+    expires_at  timestamptz
+);
+COMMENT ON TYPE @extschema@.hoplock_renewed IS 'one term renewed by hoplock_renew_all';
+
+CREATE TYPE @extschema@.hoplock_event AS (
+    seq         bigint,
+    event       text,
+    name        text,
+    owner       text,
+    generation  bigint,
+    at          timestamptz,
+    value       text,
+    free_at     timestamptz,
+    slot        integer
+);
+COMMENT ON TYPE @extschema@.hoplock_event IS 'one event of the event log, as hoplock_events and hoplock_watch return it';

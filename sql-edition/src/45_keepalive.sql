@@ -34,7 +34,7 @@ BEGIN
 END $$;
 
 CREATE FUNCTION @extschema@.hoplock_renew_all(owner text, ttl interval)
-RETURNS TABLE (name text, slot integer, generation bigint, expires_at timestamptz)
+RETURNS SETOF @extschema@.hoplock_renewed
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER ROWS 100
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -46,6 +46,7 @@ DECLARE
     now_ timestamptz;
     lapsed record;
     r hoplock_internal.lease;
+    renewed @extschema@.hoplock_renewed;
     scan boolean := false;
 BEGIN
     PERFORM hoplock_internal.check_text('owner', o);
@@ -139,14 +140,14 @@ BEGIN
                 AND NOT hoplock_internal.session_gone(l.session_pid, l.session_start)
                 FOR SHARE SKIP LOCKED
     LOOP
-        name := hoplock_internal.base_name(r.name);
-        slot := hoplock_internal.slot_of(r.name);
-        generation := r.generation;
-        expires_at := kexp;
+        renewed.name := hoplock_internal.base_name(r.name);
+        renewed.slot := hoplock_internal.slot_of(r.name);
+        renewed.generation := r.generation;
+        renewed.expires_at := kexp;
         IF hoplock_internal.notify_renewals() THEN
             PERFORM hoplock_internal.emit('renewed', r.name, r.owner, r.generation, kexp, now_, r.value);
         END IF;
-        RETURN NEXT;
+        RETURN NEXT renewed;
     END LOOP;
 END $$;
 

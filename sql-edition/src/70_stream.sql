@@ -36,11 +36,8 @@ BEGIN
          ORDER BY e.seq;
 END $$;
 
-CREATE FUNCTION @extschema@.hoplock_events(since bigint DEFAULT 0,
-    OUT seq bigint, OUT event text, OUT name text, OUT owner text,
-    OUT generation bigint, OUT at timestamptz, OUT value text,
-    OUT free_at timestamptz, OUT slot integer)
-RETURNS SETOF record
+CREATE FUNCTION @extschema@.hoplock_events(since bigint DEFAULT 0)
+RETURNS SETOF @extschema@.hoplock_event
 LANGUAGE sql VOLATILE STRICT PARALLEL RESTRICTED SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
     SELECT * FROM hoplock_internal.events_after(since)
@@ -51,17 +48,15 @@ COMMENT ON FUNCTION @extschema@.hoplock_events(bigint) IS
 
 -- No worker wakes a watcher: it reads again every 10 ms (100 ms after its
 -- first second of waiting) until an event comes or the timeout passes.
-CREATE FUNCTION @extschema@.hoplock_watch(after bigint, timeout interval,
-    OUT seq bigint, OUT event text, OUT name text, OUT owner text,
-    OUT generation bigint, OUT at timestamptz, OUT value text,
-    OUT free_at timestamptz, OUT slot integer)
-RETURNS SETOF record
+CREATE FUNCTION @extschema@.hoplock_watch(after bigint, timeout interval)
+RETURNS SETOF @extschema@.hoplock_event
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     deadline timestamptz;
     started timestamptz := clock_timestamp();
     got boolean;
+    e @extschema@.hoplock_event;
 BEGIN
     IF after IS NULL THEN
         RAISE EXCEPTION 'argument "after" must not be null' USING ERRCODE = '22004';
@@ -73,11 +68,10 @@ BEGIN
     deadline := started + timeout;
     LOOP
         got := false;
-        FOR seq, event, name, owner, generation, at, value, free_at, slot IN
-            SELECT * FROM hoplock_internal.events_after(after)
+        FOR e IN SELECT * FROM hoplock_internal.events_after(after)
         LOOP
             got := true;
-            RETURN NEXT;
+            RETURN NEXT e;
         END LOOP;
         EXIT WHEN got OR clock_timestamp() >= deadline;
         PERFORM pg_sleep(least(CASE WHEN clock_timestamp() - started < interval '1 s' THEN 0.01 ELSE 0.1 END,
