@@ -395,6 +395,7 @@ start_worker(KnownDatabase *db)
 			arg.dboid = db->dboid;
 			arg.generation = slot->generation;
 			arg.incarnation = hl_shared->incarnation;
+			arg.reloads = pg_atomic_read_u64(&hl_shared->reloads);
 			LWLockRelease(slot->lock);
 			break;
 		}
@@ -413,6 +414,7 @@ start_worker(KnownDatabase *db)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "hoplock worker for database %s",
 			 db->name);
 	worker.bgw_main_arg = Int32GetDatum(slotno);
+	StaticAssertStmt(sizeof(arg) <= BGW_EXTRALEN, "HlWorkerArg does not fit bgw_extra");
 	memcpy(worker.bgw_extra, &arg, sizeof(arg));
 	worker.bgw_notify_pid = MyProcPid;
 
@@ -508,6 +510,25 @@ reconcile(Oid *requested, int nrequested, bool rescan_all,
 	return nunserved > 0;
 }
 
+/*
+ * A reload read: count it, and wake the workers, so that one that lost
+ * the reload's SIGHUP as it started reads the files too (HlWorkerArg).
+ */
+static void
+count_reload(void)
+{
+	pg_atomic_fetch_add_u64(&hl_shared->reloads, 1);
+	for (int i = 0; i < hl_shared->nslots; i++)
+	{
+		HlDbSlot   *slot = &hl_shared->slots[i];
+
+		LWLockAcquire(slot->lock, LW_SHARED);
+		if (slot->latch != NULL)
+			SetLatch(slot->latch);
+		LWLockRelease(slot->lock);
+	}
+}
+
 /* The launcher's main loop: start and stop a worker per database. */
 void
 hoplock_launcher_main(Datum arg)
@@ -518,15 +539,6 @@ hoplock_launcher_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-
-	/*
-	 * A reload signalled while the postmaster started this process can be
-	 * lost: a background worker ignores SIGHUP until it sets its handler
-	 * (just above), and the postmaster forked it with the settings it had
-	 * before the reload.  Read the configuration files once now, as the
-	 * reload would have.
-	 */
-	ProcessConfigFile(PGC_SIGHUP);
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	if (hl_shared == NULL)
@@ -577,6 +589,7 @@ hoplock_launcher_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			rescan_all = true;
+			count_reload();
 		}
 
 		/*

@@ -225,6 +225,7 @@ shmem_startup(void)
 		pg_atomic_init_u32(&hl_shared->nwaiting, 0);
 		pg_atomic_init_u64(&hl_shared->candidate_seq, 0);
 		pg_atomic_init_u64(&hl_shared->last_minted, 0);
+		pg_atomic_init_u64(&hl_shared->reloads, 0);
 		rings = (char *) hl_shared + rings_offset();
 		for (int i = 0; i < hl_max_databases; i++)
 		{

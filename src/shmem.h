@@ -260,17 +260,29 @@ typedef struct HlShared
 	pg_atomic_uint64 candidate_seq; /* the last seq handed out */
 	pg_atomic_uint64 last_minted;	/* clock part of the last value minted
 								 * (branch.c): no two sessions mint one */
+	pg_atomic_uint64 reloads;	/* the configuration reloads the launcher
+								 * has read (see HlWorkerArg) */
 	HlDbSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } HlShared;
 
 extern HlShared *hl_shared;
 
-/* What the launcher hands a worker in bgw_extra */
+/*
+ * What the launcher hands a worker in bgw_extra.  "reloads": hl_shared's
+ * count when the launcher asked for the worker.  A reload the postmaster
+ * signals between forking a background worker and the worker setting its
+ * SIGHUP handler is lost to it (StartBackgroundWorker ignores SIGHUP until
+ * then), and the worker runs on with the settings it was forked with; the
+ * launcher reads every reload too, and counts it, so a worker whose count
+ * is behind reads the configuration files again.  Nothing makes a worker
+ * read an edit no reload was asked for.
+ */
 typedef struct HlWorkerArg
 {
 	Oid			dboid;
 	uint32		generation;		/* must match its slot's */
 	uint64		incarnation;	/* must match hl_shared's */
+	uint64		reloads;		/* hl_shared->reloads when it was asked for */
 } HlWorkerArg;
 
 extern void hl_shmem_init(void);

@@ -180,6 +180,8 @@ typedef struct SessionEnd
 
 static HlDbSlot *my_slot;
 static HlWorkerArg my_arg;
+static uint64 my_reloads;		/* hl_shared->reloads as of the last reload
+								 * read, or as the launcher asked for this */
 static char *my_dbname;
 static Schedule *schedule;
 static HTAB *session_ends;
@@ -1628,6 +1630,7 @@ reload_settings(void)
 	int			old_history_size = hl_history_size;
 
 	ConfigReloadPending = false;
+	my_reloads = pg_atomic_read_u64(&hl_shared->reloads);
 	ProcessConfigFile(PGC_SIGHUP);
 	if (hl_history_size != old_history_size)
 		trim_clean = false;
@@ -1696,19 +1699,11 @@ hoplock_worker_main(Datum arg)
 													 * longjmp */
 
 	memcpy(&my_arg, MyBgworkerEntry->bgw_extra, sizeof(HlWorkerArg));
+	my_reloads = my_arg.reloads;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-
-	/*
-	 * A reload signalled while the postmaster started this process can be
-	 * lost: a background worker ignores SIGHUP until it sets its handler
-	 * (just above), and the postmaster forked it with the settings it had
-	 * before the reload.  Read the configuration files once now, as the
-	 * reload would have.
-	 */
-	ProcessConfigFile(PGC_SIGHUP);
 
 	if (hl_shared == NULL || DatumGetInt32(arg) < 0 ||
 		DatumGetInt32(arg) >= hl_shared->nslots)
@@ -1800,7 +1795,9 @@ hoplock_worker_main(Datum arg)
 		TimestampTz next_session;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
+		/* (a reload's SIGHUP, or one the launcher read that this lost) */
+		if (ConfigReloadPending ||
+			pg_atomic_read_u64(&hl_shared->reloads) != my_reloads)
 			reload_settings();
 
 		LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
