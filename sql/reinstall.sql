@@ -26,6 +26,24 @@ SELECT hoplock_holder('cache');
 ALTER TYPE hoplock_lease DROP ATTRIBUTE extra;
 SELECT hoplock_holder('cache');
 \echo :LAST_ERROR_SQLSTATE
+-- And so are the set-returning functions' row types: a column of another
+-- type would get datums of the type hoplock puts there.
+ALTER TYPE hoplock_event ALTER ATTRIBUTE name TYPE bigint;
+SELECT seq, name FROM hoplock_events(0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT seq, name FROM hoplock_watch(0, '0');
+\echo :LAST_ERROR_SQLSTATE
+ALTER TYPE hoplock_event ALTER ATTRIBUTE name TYPE text;
+SELECT count(*) > 0 AS events FROM hoplock_events(0);
+ALTER TYPE hoplock_event ADD ATTRIBUTE extra int;
+SELECT count(*) FROM hoplock_events(0);
+\echo :LAST_ERROR_SQLSTATE
+ALTER TYPE hoplock_renewed ALTER ATTRIBUTE slot TYPE text;
+SELECT name FROM hoplock_renew_all('a', '1 h');
+\echo :LAST_ERROR_SQLSTATE
+ALTER TYPE hoplock_renewed DROP ATTRIBUTE slot;
+SELECT name FROM hoplock_renew_all('a', '1 h');
+\echo :LAST_ERROR_SQLSTATE
 
 -- DROP and CREATE EXTENSION in the same session: new relations, new type,
 -- and the old state is gone with the old table (and its history: show()

@@ -158,8 +158,9 @@ InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags)
  * Set up a set-returning function's result as a tuplestore
  * (InitMaterializedSRF), with the row shape the executor expects where it
  * has one: the same columns as the function's declared result (its OUT
- * arguments or row type, which a CREATE OR REPLACE cannot change), without
- * building them again from pg_proc at every call.
+ * arguments, which a CREATE OR REPLACE cannot change, or its row type,
+ * which hl_materialize_srf_as checks), without building them again from
+ * pg_proc at every call.
  */
 static inline void
 hl_materialize_srf(FunctionCallInfo fcinfo)
@@ -170,6 +171,38 @@ hl_materialize_srf(FunctionCallInfo fcinfo)
 						rsinfo != NULL && IsA(rsinfo, ReturnSetInfo) &&
 						rsinfo->expectedDesc != NULL ?
 						MAT_SRF_USE_EXPECTED_DESC : 0);
+}
+
+/*
+ * The same, for a function whose result is a named row type
+ * (hoplock_event, hoplock_renewed), which a superuser's ALTER TYPE can
+ * change: the columns must be the first of "types", the ones the function
+ * puts in them, and at least "min" (an earlier version's SQL declares
+ * fewer), or the rows would hold datums of other types.
+ */
+static inline void
+hl_materialize_srf_as(FunctionCallInfo fcinfo, const char *typname,
+					  const Oid *types, int ntypes, int min)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	desc;
+	bool		ok;
+
+	hl_materialize_srf(fcinfo);
+	desc = rsinfo->setDesc;
+	ok = desc->natts >= min && desc->natts <= ntypes;
+	for (int i = 0; ok && i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		ok = !att->attisdropped && att->atttypid == types[i];
+	}
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("type \"%s\" does not have the layout hoplock expects",
+						typname),
+				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
 }
 
 /*

@@ -47,6 +47,7 @@
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "common/int.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -363,6 +364,9 @@ attach(const Lease *lease, const Renewed *r, int64 ttl, int64 from)
 	req.keepalive_from = from;
 	return hl_lease_cas(&req, &result, &found);
 }
+
+/* The columns of hoplock_renewed, which put_row fills */
+static const Oid renewed_types[] = {TEXTOID, INT4OID, INT8OID, TIMESTAMPTZOID};
 
 static void
 put_row(ReturnSetInfo *rsinfo, Lease *lease, const Renewed *r)
@@ -704,7 +708,8 @@ hoplock_renew_all(PG_FUNCTION_ARGS)
 	int			polls = 0;		/* (still_attached) */
 
 	hl_prevent_write("hoplock_renew_all()");
-	hl_materialize_srf(fcinfo);
+	hl_materialize_srf_as(fcinfo, "hoplock_renewed", renewed_types,
+						  lengthof(renewed_types), lengthof(renewed_types));
 	namestrcpy(&role_name, GetUserNameFromId(GetUserId(), false));
 
 	if (!hl_open(HL_REL_LEASE, RowExclusiveLock, false, &lease_rel))

@@ -33,6 +33,7 @@
 #include "slotkey.h"
 
 #include "access/xlog.h"
+#include "catalog/pg_type.h"
 #include "common/int.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -110,6 +111,15 @@ check_kept(int64 after, Snapshot snapshot)
 				 errhint(RESUME_HINT)));
 }
 
+/*
+ * The columns of hoplock_event, which put_event fills: 1.1's
+ * hoplock_events had the first six.
+ */
+static const Oid event_types[] = {
+	INT8OID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTOID,
+	TIMESTAMPTZOID, INT4OID
+};
+
 /* Put each event into the function's result */
 static bool
 put_event(const HlLoggedEvent *e, void *arg)
@@ -173,7 +183,8 @@ hoplock_events(PG_FUNCTION_ARGS)
 
 	check_primary("hoplock_events");
 	check_in_history(since);
-	hl_materialize_srf(fcinfo);
+	hl_materialize_srf_as(fcinfo, "hoplock_event", event_types,
+						  lengthof(event_types), 6);
 	(void) read_events(fcinfo, since);
 	PG_RETURN_VOID();
 }
@@ -228,7 +239,8 @@ hoplock_watch(PG_FUNCTION_ARGS)
 		deadline > END_TIMESTAMP)
 		deadline = END_TIMESTAMP;
 
-	hl_materialize_srf(fcinfo);
+	hl_materialize_srf_as(fcinfo, "hoplock_event", event_types,
+						  lengthof(event_types), lengthof(event_types));
 	cv = hl_watch_register(MyDatabaseId);
 	PG_TRY();
 	{
