@@ -94,6 +94,24 @@ COMMENT ON TABLE hoplock_internal.delivery IS
 
 SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.delivery', '');
 
+-- 1.2.0 adds two types to the extension's schema: a type (or table, view,
+-- sequence) of that name there already stops the update, with the hint.
+DO $$
+DECLARE
+    taken pg_catalog.text;
+BEGIN
+    SELECT pg_catalog.string_agg(pg_catalog.format_type(t.oid, NULL), ', ')
+      INTO taken
+      FROM pg_catalog.pg_type AS t
+     WHERE t.typnamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
+       AND t.typname OPERATOR(pg_catalog.=) ANY ('{hoplock_event,hoplock_renewed}'::pg_catalog.name[]);
+    IF taken IS NOT NULL THEN
+        RAISE EXCEPTION 'hoplock 1.2.0 creates types named hoplock_event and hoplock_renewed in schema @extschema@, where % exists', taken
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Rename it or move it to another schema, then update the extension.';
+    END IF;
+END $$;
+
 -- What hoplock_events and hoplock_watch return, a row per event.  A named
 -- type, not OUT parameters: PostgreSQL builds the row shape of a function
 -- with OUT parameters from pg_proc's argument arrays three times in every

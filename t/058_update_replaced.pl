@@ -3,7 +3,8 @@
 # hoplock_events): the privileges granted and revoked on the old ones go
 # to the new ones, and an object of the user's that depends on an old one
 # stops the update with an error naming it (rather than a CASCADE hint),
-# changing nothing.
+# changing nothing.  So does a type of the user's (a table's) under the
+# name of a type 1.2.0 adds.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -60,6 +61,25 @@ is($node->safe_psql('dep', q{SELECT extversion FROM pg_extension WHERE extname =
 $node->safe_psql('dep', 'DROP VIEW my_leader; ALTER EXTENSION hoplock UPDATE');
 is($node->safe_psql('dep', q{SELECT extversion FROM pg_extension WHERE extname = 'hoplock'}),
 	'1.2.0', 'without it, the update goes through');
+
+# --- a type of the user's under a name 1.2.0 adds ----------------------------
+$node->safe_psql('postgres', q{
+	CREATE DATABASE names;
+});
+$node->safe_psql('names', q{
+	CREATE EXTENSION hoplock VERSION '1.1.0';
+	CREATE TABLE hoplock_event (id int);
+});
+($ret, $out, $err) = $node->psql('names', 'ALTER EXTENSION hoplock UPDATE');
+isnt($ret, 0, 'a table named hoplock_event in the schema stops the update');
+like($err, qr/creates types named hoplock_event and hoplock_renewed in schema public, where hoplock_event exists/,
+	'... naming it');
+like($err, qr/HINT:  Rename it or move it to another schema/, '... and saying what to do');
+is($node->safe_psql('names', q{SELECT extversion FROM pg_extension WHERE extname = 'hoplock'}),
+	'1.1.0', '... changing nothing');
+$node->safe_psql('names', 'ALTER TABLE hoplock_event RENAME TO my_event; ALTER EXTENSION hoplock UPDATE');
+is($node->safe_psql('names', q{SELECT extversion FROM pg_extension WHERE extname = 'hoplock'}),
+	'1.2.0', 'renamed, the update goes through');
 
 $node->stop;
 done_testing();
