@@ -94,7 +94,8 @@ REGRESS = \
 	renew_all_attach \
 	discard \
 	slots \
-	slots_hint
+	slots_hint \
+	procedure_memory
 REGRESS_OPTS =
 TEMP_REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=$(srcdir)/hoplock.conf
 

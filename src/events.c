@@ -680,6 +680,7 @@ flush_events(void)
 	HlNewEvent *events;
 	int			n = 0;
 	bool		pushed;
+	MemoryContext old;
 
 	if (pending_events == NULL)
 		return;
@@ -710,6 +711,14 @@ flush_events(void)
 	pushed = !ActiveSnapshotSet();
 	if (pushed)
 		PushActiveSnapshot(GetTransactionSnapshot());
+
+	/*
+	 * What writing the rows allocates goes with the transaction: the
+	 * memory current at pre-commit is the caller's, which a procedure's
+	 * COMMIT keeps for its whole run (its SPI context grew by the size of
+	 * the rows at every commit).
+	 */
+	old = MemoryContextSwitchTo(TopTransactionContext);
 	events = palloc(n * sizeof(HlNewEvent));
 	n = 0;
 	for (PendingEvent *item = oldest; item != NULL; item = item->next)
@@ -729,6 +738,7 @@ flush_events(void)
 	}
 	hl_eventlog_record(events, n);
 	pfree(events);
+	MemoryContextSwitchTo(old);
 	if (pushed)
 		PopActiveSnapshot();
 }
