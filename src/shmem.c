@@ -304,6 +304,7 @@ hl_slot_reset(HlDbSlot *slot)
 	slot->stop_requested_at = 0;
 	slot->busy_pid = 0;
 	slot->next_wakeup = 0;
+	slot->reloads_read = 0;
 	slot->overflowed = false;
 	slot->head = slot->tail = 0;
 	/* not known to have no keepalive until the worker has looked */

@@ -134,6 +134,9 @@ typedef struct HlDbSlot
 	pid_t		busy_pid;		/* the backend running a statement that
 								 * needs the database alone */
 	TimestampTz next_wakeup;	/* 0 while awake: it drains before sleeping */
+	uint64		reloads_read;	/* hl_shared->reloads as of the worker's last
+								 * reload: where one the postmaster starts
+								 * again with the same HlWorkerArg begins */
 	bool		overflowed;
 	pg_atomic_uint32 events_pending;	/* events committed since the worker
 										 * last looked (no lock) */

@@ -1632,6 +1632,10 @@ reload_settings(void)
 	ConfigReloadPending = false;
 	my_reloads = pg_atomic_read_u64(&hl_shared->reloads);
 	ProcessConfigFile(PGC_SIGHUP);
+	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
+	if (slot_is_mine())
+		my_slot->reloads_read = my_reloads;
+	LWLockRelease(my_slot->lock);
 	if (hl_history_size != old_history_size)
 		trim_clean = false;
 	if (hl_max_tracked != old_max)
@@ -1723,6 +1727,14 @@ hoplock_worker_main(Datum arg)
 		my_slot->state = WORKER_STARTING;
 		my_slot->stats.started_at = GetCurrentTimestamp();
 		my_slot->next_wakeup = 0;
+
+		/*
+		 * Started again by the postmaster after an exit, with the launcher's
+		 * HlWorkerArg of the first start: what the last worker of the slot
+		 * read counts too, or this one would read an edit no reload asked
+		 * for.
+		 */
+		my_reloads = Max(my_reloads, my_slot->reloads_read);
 	}
 	LWLockRelease(my_slot->lock);
 	if (!mine)

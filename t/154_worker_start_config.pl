@@ -54,19 +54,39 @@ sub wakes_every_second
 }
 
 my $wpid = worker_pid(0);
+my $launcher = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'hoplock launcher'});
+ok($launcher =~ /^\d+$/, 'the launcher runs');
+
+# a reload, read by every process (the launcher counts it)
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+sleep 1;
 
 # hoplock.naptime = 1 s, written and not reloaded
 $node->append_conf('postgresql.conf', 'hoplock.naptime = 1');
+
+# The worker exits, and the postmaster starts it again (the launcher, held
+# up, does not take its slot back first): the same registration, handed
+# the count of before that reload, which the worker had read.
+kill 'STOP', $launcher;
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($wpid)");
+$node->poll_query_until('postgres', qq{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE backend_type = 'hoplock worker' AND pid <> $wpid})
+  or die 'the postmaster did not start the worker again';
+sleep 1;
+kill 'CONT', $launcher;
+$wpid = worker_pid($wpid);
+ok(!wakes_every_second(), 'a worker the postmaster starts again after an edit nobody reloaded keeps the server\'s settings');
+
+# and one the launcher starts
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($wpid)");
 $wpid = worker_pid($wpid);
-ok(!wakes_every_second(), 'a worker started after an edit nobody reloaded keeps the server\'s settings');
+ok(!wakes_every_second(), 'so does a worker the launcher starts');
 is($node->safe_psql('postgres', q{SELECT current_setting('hoplock.naptime')}),
 	'1min', 'and the server has not read the edit either');
 
 # the reload reaches the launcher only
-my $launcher = $node->safe_psql('postgres',
-	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'hoplock launcher'});
-ok($launcher =~ /^\d+$/, 'the launcher runs');
 kill 'HUP', $launcher;
 usleep(500_000);
 ok(wakes_every_second(), 'a reload the worker got no SIGHUP for, read by the launcher: the worker reads it too');
