@@ -35,6 +35,11 @@ SELECT seq, name FROM hoplock_watch(0, '0');
 \echo :LAST_ERROR_SQLSTATE
 ALTER TYPE hoplock_event ALTER ATTRIBUTE name TYPE text;
 SELECT count(*) > 0 AS events FROM hoplock_events(0);
+ALTER TYPE hoplock_event ALTER ATTRIBUTE at TYPE timestamptz(0);
+SELECT count(*) FROM hoplock_events(0);
+\echo :LAST_ERROR_SQLSTATE
+ALTER TYPE hoplock_event ALTER ATTRIBUTE at TYPE timestamptz;
+SELECT count(*) > 0 AS events FROM hoplock_events(0);
 ALTER TYPE hoplock_event ADD ATTRIBUTE extra int;
 SELECT count(*) FROM hoplock_events(0);
 \echo :LAST_ERROR_SQLSTATE

@@ -195,7 +195,9 @@ hl_materialize_srf_as(FunctionCallInfo fcinfo, const char *typname,
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 
-		ok = !att->attisdropped && att->atttypid == types[i];
+		/* (a typmod, timestamptz(0) say, would not hold what is put there) */
+		ok = !att->attisdropped && att->atttypid == types[i] &&
+			att->atttypmod == -1;
 	}
 	if (!ok)
 		ereport(ERROR,
