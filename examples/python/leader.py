@@ -217,15 +217,16 @@ def main():
         create = sql.SQL("""CREATE TABLE IF NOT EXISTS {}.work_log (
                             id bigserial PRIMARY KEY, lease text NOT NULL,
                             owner text NOT NULL, generation bigint NOT NULL,
-                            at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())""")
+                            at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())"""
+                         ).format(sql.Identifier(WORK_SCHEMA))
         try:
-            cur.execute(create.format(sql.Identifier(WORK_SCHEMA)))
+            cur.execute(create)
         except psycopg2.Error:
             # instances started at once race in CREATE TABLE IF NOT EXISTS:
             # the loser fails ("already exists", or on a catalog's unique
             # index), and its second try finds the table; any other error
             # comes again
-            cur.execute(create.format(sql.Identifier(WORK_SCHEMA)))
+            cur.execute(create)
     generation = None
     try:
         while True:
