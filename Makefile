@@ -11,6 +11,7 @@ OBJS = \
 	src/delivery.o \
 	src/digest.o \
 	src/eventlog.o \
+	src/expiries.o \
 	src/events.o \
 	src/fence.o \
 	src/fenced.o \
@@ -24,6 +25,7 @@ OBJS = \
 	src/launcher.o \
 	src/lease.o \
 	src/mailbox.o \
+	src/massexpiry.o \
 	src/monitor.o \
 	src/refusals.o \
 	src/renewall.o \

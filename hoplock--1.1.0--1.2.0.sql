@@ -74,13 +74,17 @@ COMMENT ON TABLE hoplock_internal.event IS
 SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.event', '');
 
 -- How far the worker has sent the event log (at most one row; none: from
--- the beginning), and the greatest number it dropped from the log after
--- hoplock.event_retention.  The install script writes no row, so a restore
+-- the beginning), the greatest number it dropped from the log after
+-- hoplock.event_retention, and, while a mass expiry's lease rows are being
+-- written after its events, a number below those events (expiries_after:
+-- an "expired" event above it whose term's row still says running was
+-- announced already).  The install script writes no row, so a restore
 -- brings back exactly the one that was dumped.
 CREATE TABLE hoplock_internal.delivery (
     delivered      bigint NOT NULL,
     delivered_at   timestamptz NOT NULL,
     pruned_through bigint NOT NULL,
+    expiries_after bigint,
     CONSTRAINT delivery_check CHECK (delivered OPERATOR(pg_catalog.>=) 0
                                      AND pruned_through OPERATOR(pg_catalog.>=) 0)
 ) WITH (vacuum_truncate = false);
@@ -90,7 +94,7 @@ CREATE UNIQUE INDEX delivery_one_row ON hoplock_internal.delivery ((true));
 ALTER TABLE hoplock_internal.delivery REPLICA IDENTITY FULL;
 
 COMMENT ON TABLE hoplock_internal.delivery IS
-    'the greatest event number the worker has sent (delivered) and the greatest it dropped from the log (pruned_through)';
+    'the greatest event number the worker has sent (delivered), the greatest it dropped from the log (pruned_through), and a number below the events of a mass expiry whose lease rows are not all written yet (expiries_after)';
 
 SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.delivery', '');
 

@@ -3,7 +3,7 @@
  * delivery.c
  *		Sending the event log as NOTIFY, after the commits that recorded
  *		the events: the database's worker does it, in number order, up to
- *		DELIVERY_BATCH events per transaction, and records in the same
+ *		HL_DELIVERY_BATCH events per transaction, and records in the same
  *		transaction how far it got (hoplock_internal.delivery).  So:
  *
  *		- a term change takes none of the cluster-wide lock that NOTIFY
@@ -53,8 +53,6 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-/* Events sent per transaction */
-#define DELIVERY_BATCH		1000
 
 /* Fraction of the NOTIFY queue above which sending pauses */
 #define NOTIFY_QUEUE_LIMIT	0.5
@@ -83,7 +81,7 @@ send_one(const HlLoggedEvent *e, void *arg)
 								  e->generation, e->expires_at, e->seq,
 								  e->value ? text_to_cstring(e->value) : NULL,
 								  e->free_at));
-	return ++state->sent < DELIVERY_BATCH;
+	return ++state->sent < HL_DELIVERY_BATCH;
 }
 
 static void
@@ -173,7 +171,7 @@ hl_deliver(void)
 		hl_count_by(HL_COUNT_EVENTS_DELIVERED, state.sent);
 		hl_count(HL_COUNT_DELIVERIES);
 	}
-	return state.sent >= DELIVERY_BATCH ? HL_DELIVERY_MORE : HL_DELIVERY_DONE;
+	return state.sent >= HL_DELIVERY_BATCH ? HL_DELIVERY_MORE : HL_DELIVERY_DONE;
 }
 
 /*
@@ -203,6 +201,9 @@ hl_prune_events(void)
 	 */
 	through = older_than > 0 && older_than <= HL_MAX_C ?
 		Min(d.delivered, (older_than << HL_TAG_BITS) | HL_TAG_MASK) : 0;
+	/* not the events of a mass expiry whose rows are not all written */
+	if (d.has_expiries_after)
+		through = Min(through, d.expiries_after);
 	pruned_through = d.pruned_through;
 	dropped = through > 0 ?
 		hl_eventlog_prune(through, older_than, PRUNE_BATCH, &pruned_through) : 0;

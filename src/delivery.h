@@ -9,6 +9,9 @@
 #ifndef HOPLOCK_DELIVERY_H
 #define HOPLOCK_DELIVERY_H
 
+/* Events sent per transaction */
+#define HL_DELIVERY_BATCH	1000
+
 typedef enum HlDeliveryResult
 {
 	HL_DELIVERY_DONE,			/* sent all there was */

@@ -38,6 +38,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -62,7 +63,8 @@ enum
 	Anum_delivery_delivered = 1,
 	Anum_delivery_delivered_at,
 	Anum_delivery_pruned_through,
-	Natts_delivery = Anum_delivery_pruned_through
+	Anum_delivery_expiries_after,
+	Natts_delivery = Anum_delivery_expiries_after
 };
 
 /* Record events in the log, in this transaction. */
@@ -229,6 +231,11 @@ hl_delivery_read(Snapshot snapshot, HlDelivery *d)
 		d->delivered_at = isnull ? 0 : DatumGetTimestampTz(v);
 		v = heap_getattr(tuple, Anum_delivery_pruned_through, desc, &isnull);
 		d->pruned_through = isnull ? 0 : DatumGetInt64(v);
+		v = heap_getattr(tuple, Anum_delivery_expiries_after, desc, &isnull);
+		d->has_expiries_after = !isnull;
+		d->expiries_after = isnull ? 0 : DatumGetInt64(v);
+		d->read_expiries_after = d->has_expiries_after;
+		d->read_expiries_after_value = d->expiries_after;
 	}
 	table_endscan(scan);
 	hl_close(&rel, false);
@@ -251,7 +258,19 @@ hl_delivery_write(HlDelivery *d)
 	values[Anum_delivery_delivered - 1] = Int64GetDatum(d->delivered);
 	values[Anum_delivery_delivered_at - 1] = TimestampTzGetDatum(d->delivered_at);
 	values[Anum_delivery_pruned_through - 1] = Int64GetDatum(d->pruned_through);
+	values[Anum_delivery_expiries_after - 1] = Int64GetDatum(d->expiries_after);
+	nulls[Anum_delivery_expiries_after - 1] = !d->has_expiries_after;
 	tuple = heap_form_tuple(RelationGetDescr(rel.heap), values, nulls);
+
+	/*
+	 * Backends keep what they read of expiries_after
+	 * (hl_eventlog_expiry_pending): tell them, at the commit, that it
+	 * changed.
+	 */
+	if (d->has_expiries_after != d->read_expiries_after ||
+		(d->has_expiries_after &&
+		 d->expiries_after != d->read_expiries_after_value))
+		CacheInvalidateRelcache(rel.heap);
 	if (d->found)
 	{
 		TM_Result	tm = hl_row_update(&rel, &d->tid, tuple);
@@ -321,4 +340,96 @@ hl_eventlog_prune(int64 through, TimestampTz older_than, int limit,
 	ExecDropSingleTupleTableSlot(slot);
 	hl_close(&rel, dropped > 0);
 	return dropped;
+}
+
+/*
+ * What this backend last read of the delivery row's expiries_after: -1
+ * not read (or dropped by an invalidation of the table, which the worker
+ * sends when it sets or clears it), 0 none, 1 set (expiries_after_seen).
+ */
+static int	expiries_after_known = -1;
+static int64 expiries_after_seen = 0;
+static Oid	delivery_relid = InvalidOid;
+static bool delivery_callback = false;
+
+static void
+delivery_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == delivery_relid)
+		expiries_after_known = -1;
+}
+
+/* The visitor of hl_eventlog_expiry_pending() */
+typedef struct ExpiredSearch
+{
+	text	   *name;
+	int64		generation;
+	bool		found;
+} ExpiredSearch;
+
+static bool
+find_expired(const HlLoggedEvent *e, void *arg)
+{
+	ExpiredSearch *s = (ExpiredSearch *) arg;
+
+	if (e->generation == s->generation &&
+		VARSIZE_ANY_EXHDR(e->event) == 7 &&
+		memcmp(VARDATA_ANY(e->event), "expired", 7) == 0 &&
+		VARSIZE_ANY_EXHDR(e->name) == VARSIZE_ANY_EXHDR(s->name) &&
+		memcmp(VARDATA_ANY(e->name), VARDATA_ANY(s->name),
+			   VARSIZE_ANY_EXHDR(s->name)) == 0)
+	{
+		s->found = true;
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Was the expiry of term "generation" of "name" recorded by a mass expiry
+ * whose lease rows may not all be written: an "expired" event of it
+ * numbered above the delivery row's expiries_after?  For a writer of the
+ * term's row, holding its lock, while the expiry set (expiries.c) cannot
+ * say: after a start of shared memory, until the worker has looked.
+ * Every such batch committed before that start, so the latest snapshot
+ * sees all of it.
+ */
+bool
+hl_eventlog_expiry_pending(text *name, int64 generation)
+{
+	ExpiredSearch s;
+	Snapshot	latest;
+
+	if (expiries_after_known == 0)
+		return false;
+	latest = RegisterSnapshot(GetLatestSnapshot());
+	if (expiries_after_known < 0)
+	{
+		HlDelivery	d;
+		HlRelation	rel;
+
+		if (!delivery_callback)
+		{
+			CacheRegisterRelcacheCallback(delivery_invalidate, (Datum) 0);
+			delivery_callback = true;
+		}
+		(void) hl_open(HL_REL_DELIVERY, AccessShareLock, true, &rel);
+		delivery_relid = RelationGetRelid(rel.heap);
+		hl_close(&rel, false);
+		hl_delivery_read(latest, &d);
+		expiries_after_known = d.has_expiries_after ? 1 : 0;
+		expiries_after_seen = d.expiries_after;
+		if (expiries_after_known == 0)
+		{
+			UnregisterSnapshot(latest);
+			return false;
+		}
+	}
+	s.name = name;
+	s.generation = generation;
+	s.found = false;
+	(void) hl_eventlog_scan(expiries_after_seen, PG_INT64_MAX, latest,
+							find_expired, &s);
+	UnregisterSnapshot(latest);
+	return s.found;
 }

@@ -41,6 +41,10 @@ typedef struct HlDelivery
 	int64		delivered;
 	TimestampTz delivered_at;
 	int64		pruned_through;
+	bool		has_expiries_after; /* a mass expiry's rows may be unwritten */
+	int64		expiries_after; /* (its events are numbered above this) */
+	bool		read_expiries_after;	/* as read (hl_delivery_read) */
+	int64		read_expiries_after_value;
 } HlDelivery;
 
 /* An event to record */
@@ -61,6 +65,7 @@ extern bool hl_eventlog_newest(int64 through, Snapshot snapshot, bool wait,
 							   int64 *newest);
 extern void hl_delivery_read(Snapshot snapshot, HlDelivery *d);
 extern void hl_delivery_write(HlDelivery *d);
+extern bool hl_eventlog_expiry_pending(text *name, int64 generation);
 extern int64 hl_eventlog_prune(int64 through, TimestampTz older_than,
 							   int limit, int64 *pruned_through);
 

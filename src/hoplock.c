@@ -12,6 +12,7 @@
 
 #include "bound.h"
 #include "events.h"
+#include "expiries.h"
 #include "fence.h"
 #include "hoplock.h"
 #include "refusals.h"
@@ -48,6 +49,7 @@ _PG_init(void)
 	if (process_shared_preload_libraries_in_progress)
 	{
 		hl_shmem_init();
+		hl_expiries_shmem_init();
 		hl_refusals_init();
 
 		/*

@@ -53,7 +53,9 @@
 #include "bound.h"
 #include "candidates.h"
 #include "branch.h"
+#include "eventlog.h"
 #include "events.h"
+#include "expiries.h"
 #include "floor.h"
 #include "history.h"
 #include "hoplock.h"
@@ -105,6 +107,13 @@ typedef enum LeaseAction
  * Helpers
  * ---------------------------------------------------------------------
  */
+
+/*
+ * The row write_row() wrote over was a term whose "expired" a mass expiry
+ * had committed already (check_expiries): announce_end() records none.
+ */
+static bool expiry_recorded = false;
+
 static bool
 handle_matches(const Lease *lease, text *handle)
 {
@@ -500,6 +509,14 @@ announce_end(const LeaseRequest *req, const Lease *cur, TimestampTz now,
 	}
 	else if (cur->state == LEASE_STATE_HELD)
 	{
+		/* a mass expiry recorded its event already (massexpiry.c) */
+		if (expiry_recorded ||
+			(!hl_expiries_trusted() &&
+			 hl_eventlog_expiry_pending(cur->name, cur->generation)))
+		{
+			hl_history_end(cur, cur->expires_at, "expired");
+			return;
+		}
 		hl_event("expired", cur);
 		hl_history_end(cur, cur->expires_at,
 					   new_term ? "taken over" : "expired");
@@ -1075,6 +1092,30 @@ take_term_lock(const LeaseRequest *req, CasState *st, const Lease *cur,
 }
 
 /*
+ * The term whose row write_row() is about to write over, the row locked:
+ * is a mass expiry announcing it (expiries.c)?  Its event being committed
+ * is contention, as if the worker held the row; committed, the write goes
+ * on and announce_end() records no "expired" of its own.
+ */
+static TM_Result
+check_expiries(void *arg)
+{
+	const Lease *cur = (const Lease *) arg;
+
+	switch (hl_expiries_check(cur->name, cur->generation))
+	{
+		case HL_EXPIRY_ANNOUNCING:
+			return TM_BeingModified;
+		case HL_EXPIRY_ANNOUNCED:
+			expiry_recorded = true;
+			break;
+		default:
+			break;
+	}
+	return TM_Ok;
+}
+
+/*
  * Write "written" over "cur" (NULL: insert it), counting the name against
  * its role's hoplock.max_names_per_role where it is new to the role.
  */
@@ -1099,7 +1140,8 @@ write_row(CasState *st, LeaseAction action, LeaseVersion *cur,
 		cur->lease.owner_roleid != written->owner_roleid &&
 		check_names_per_role(&st->rel, written->owner_roleid))
 		st->role_locks = lappend_oid(st->role_locks, written->owner_roleid);
-	return hl_store_update(&st->rel, &cur->tid, written);
+	return hl_store_update_checked(&st->rel, &cur->tid, written,
+								   check_expiries, &cur->lease);
 }
 
 /*
@@ -1312,6 +1354,8 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	TM_Result	tm;
 	bool		busy;
 	HlCandidatePick pick = {0};
+
+	expiry_recorded = false;
 
 	/*
 	 * The version stays pinned until we are done with it.  Just after the

@@ -352,47 +352,59 @@ hl_row_insert_new(HlRelation *rel, HeapTuple tuple)
 	return !conflict;
 }
 
+/* Rows one multi-insert takes, at most (COPY buffers up to 1000) */
+#define MULTI_INSERT_ROWS	128
+
 /*
  * Insert several new rows (the event log's, at commit) with one executor
- * state and one multi-insert into the heap (one WAL record for the rows
- * that fit on one page), as COPY does; then their index entries and
- * triggers, row by row.
+ * state and multi-inserts into the heap (one WAL record for the rows that
+ * fit on one page), as COPY does, MULTI_INSERT_ROWS at a time through the
+ * same slots; then each chunk's index entries and triggers, row by row.
+ * (A slot per row would cost each slot's remembering and forgetting of
+ * the tuple descriptor in the resource owner: quadratic for thousands.)
  */
 void
 hl_row_insert_many(HlRelation *rel, HeapTuple *tuples, int ntuples)
 {
 	RowWrite	w;
 	bool		foreign = hl_table_has_foreign_constraints(rel);
-	TupleTableSlot **slots;
+	TupleTableSlot *slots[MULTI_INSERT_ROWS];
+	int			nslots = Min(ntuples, MULTI_INSERT_ROWS);
 
 	if (ntuples <= 0)
 		return;
 	begin_write(rel, &w);
 	open_indexes(rel, &w);
-	slots = palloc(ntuples * sizeof(TupleTableSlot *));
-	for (int i = 0; i < ntuples; i++)
-	{
+	for (int i = 0; i < nslots; i++)
 		slots[i] = i == 0 ? w.slot :
 			ExecInitExtraTupleSlot(w.estate, RelationGetDescr(rel->heap),
 								   &TTSOpsHeapTuple);
-		ExecStoreHeapTuple(tuples[i], slots[i], false);
-		if (foreign)
-			ExecConstraints(w.rri, slots[i], w.estate);
-	}
-	table_multi_insert(rel->heap, slots, ntuples, w.estate->es_output_cid,
-					   0, NULL);
-	wrote_row = true;
-	for (int i = 0; i < ntuples; i++)
+	for (int done = 0; done < ntuples; done += nslots)
 	{
-		List	   *recheck;
+		int			n = Min(nslots, ntuples - done);
 
-		recheck = hl_insert_index_tuples(w.rri, slots[i], w.estate, false,
-										 false);
-		if (w.triggers)
-			queue_insert_triggers(rel, &w, slots[i], recheck);
-		list_free(recheck);
+		CHECK_FOR_INTERRUPTS();
+		for (int i = 0; i < n; i++)
+		{
+			ExecStoreHeapTuple(tuples[done + i], slots[i], false);
+			if (foreign)
+				ExecConstraints(w.rri, slots[i], w.estate);
+		}
+		table_multi_insert(rel->heap, slots, n, w.estate->es_output_cid,
+						   0, NULL);
+		wrote_row = true;
+		for (int i = 0; i < n; i++)
+		{
+			List	   *recheck;
+
+			recheck = hl_insert_index_tuples(w.rri, slots[i], w.estate,
+											 false, false);
+			if (w.triggers)
+				queue_insert_triggers(rel, &w, slots[i], recheck);
+			list_free(recheck);
+			ExecClearTuple(slots[i]);
+		}
 	}
-	pfree(slots);
 	end_write(rel, &w);
 }
 
@@ -405,6 +417,18 @@ hl_row_insert_many(HlRelation *rel, HeapTuple *tuples, int ntuples)
  */
 TM_Result
 hl_row_update(HlRelation *rel, ItemPointer otid, HeapTuple tuple)
+{
+	return hl_row_update_checked(rel, otid, tuple, NULL, NULL);
+}
+
+/*
+ * The same, asking "check" (unless NULL) once the row is locked and before
+ * it is written: anything but TM_Ok is returned as it is, the row written
+ * not, its lock kept (row locks last as long as the transaction).
+ */
+TM_Result
+hl_row_update_checked(HlRelation *rel, ItemPointer otid, HeapTuple tuple,
+					  HlRowLockedCheck check, void *arg)
 {
 	bool		foreign = hl_table_has_foreign_constraints(rel);
 	bool		triggers = hl_table_has_after_triggers(rel);
@@ -423,6 +447,8 @@ hl_row_update(HlRelation *rel, ItemPointer otid, HeapTuple tuple)
 	}
 
 	result = lock_row(rel->heap, otid, tuple, GetCurrentCommandId(true));
+	if (result == TM_Ok && check != NULL)
+		result = check(arg);
 	if (result == TM_Ok)
 		result = hl_heap_update(rel->heap, otid, tuple,
 								GetCurrentCommandId(true), &tmfd, &indexes);

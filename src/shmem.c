@@ -235,6 +235,7 @@ shmem_startup(void)
 			pg_atomic_init_u32(&slot->events_pending, 0);
 			pg_atomic_init_u32(&slot->terms_changed, 0);
 			pg_atomic_init_u32(&slot->keepalives, 1);
+			pg_atomic_init_u32(&slot->expiries_trusted, 0);
 			for (int c = 0; c < HL_NCOUNTERS; c++)
 				pg_atomic_init_u64(&slot->counters[c], 0);
 			slot->ring = (HlMessage *)

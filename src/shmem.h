@@ -144,6 +144,10 @@ typedef struct HlDbSlot
 									 * "renewed" (no lock) */
 	pg_atomic_uint32 keepalives;	/* 0: the database has no keepalive row
 									 * (keepalive.c); set under lock */
+	pg_atomic_uint32 expiries_trusted;	/* 1: the worker looked for a mass
+										 * expiry a restart cut short, and
+										 * the expiry set says the rest
+										 * (expiries.c) */
 	uint64		keepalives_begun;	/* under lock: keepalives begun */
 	uint64		head;			/* mailbox: messages [tail, head) */
 	uint64		tail;

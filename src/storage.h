@@ -71,6 +71,10 @@ extern void hl_row_insert_many(HlRelation *rel, HeapTuple *tuples,
 							   int ntuples);
 extern TM_Result hl_row_update(HlRelation *rel, ItemPointer otid,
 							   HeapTuple tuple);
+typedef TM_Result (*HlRowLockedCheck) (void *arg);
+extern TM_Result hl_row_update_checked(HlRelation *rel, ItemPointer otid,
+									   HeapTuple tuple, HlRowLockedCheck check,
+									   void *arg);
 extern TM_Result hl_row_delete(HlRelation *rel, ItemPointer otid);
 extern void hl_rowwrite_init(void);
 
@@ -98,6 +102,9 @@ extern TransactionId hl_store_locker(const LeaseVersion *version);
 extern void hl_store_insert(HlRelation *rel, Lease *lease);
 extern TM_Result hl_store_update(HlRelation *rel, ItemPointer otid,
 								 Lease *lease);
+extern TM_Result hl_store_update_checked(HlRelation *rel, ItemPointer otid,
+										 Lease *lease, HlRowLockedCheck check,
+										 void *arg);
 extern int	hl_store_scan(text *after, int limit,
 						  bool (*callback) (const Lease *lease, void *arg),
 						  void *arg, text **last);

@@ -447,10 +447,18 @@ hl_store_insert(HlRelation *rel, Lease *lease)
 TM_Result
 hl_store_update(HlRelation *rel, ItemPointer otid, Lease *lease)
 {
+	return hl_store_update_checked(rel, otid, lease, NULL, NULL);
+}
+
+/* The same, asking "check" once the row is locked (hl_row_update_checked) */
+TM_Result
+hl_store_update_checked(HlRelation *rel, ItemPointer otid, Lease *lease,
+						HlRowLockedCheck check, void *arg)
+{
 	HeapTuple	tuple = form_tuple(rel, lease);
 	TM_Result	result;
 
-	result = hl_row_update(rel, otid, tuple);
+	result = hl_row_update_checked(rel, otid, tuple, check, arg);
 	if (result == TM_Ok)
 	{
 		lease->xmin = GetCurrentTransactionId();

@@ -162,6 +162,7 @@ static const ColumnSpec delivery_columns[] = {
 	{"delivered", INT8OID, true},
 	{"delivered_at", TIMESTAMPTZOID, true},
 	{"pruned_through", INT8OID, true},
+	{"expiries_after", INT8OID, false},
 };
 
 /* A primary key hoplock looks rows up with: key columns and opfamilies */

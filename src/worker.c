@@ -70,6 +70,7 @@
 #include "hoplock.h"
 #include "keepalive.h"
 #include "lease.h"
+#include "massexpiry.h"
 #include "schedule.h"
 #include "settings.h"
 #include "shmem.h"
@@ -286,6 +287,19 @@ set_state(HlWorkerState state)
 static void
 detach(int code, Datum arg)
 {
+	bool		mine;
+
+	/*
+	 * The expiries it was announcing in bulk go first, while no other
+	 * worker can have the slot: the next one finds them from the delivery
+	 * row (massexpiry.c).
+	 */
+	LWLockAcquire(my_slot->lock, LW_SHARED);
+	mine = slot_is_mine() && my_slot->pid == MyProcPid;
+	LWLockRelease(my_slot->lock);
+	if (mine && OidIsValid(MyDatabaseId))
+		hl_mass_exit();
+
 	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
 	if (slot_is_mine() && my_slot->pid == MyProcPid)
 	{
@@ -1339,6 +1353,79 @@ may_keep_house(void)
 	return now - due_left_since >= HOUSEKEEPING_DEFER_US;
 }
 
+/* A name of a mass expiry's batch: its row written the usual way */
+static bool
+catch_up_look(const char *name, int namelen, void *arg)
+{
+	int64		ignored = 0;
+	int64		lag = -1;
+
+	return look_at(name, namelen, &ignored, &lag) != LEASE_CONTENDED;
+}
+
+/*
+ * Many terms due at once: announced in bulk (massexpiry.c), unless fewer
+ * than HL_MASS_EXPIRY_MIN of them are.  Every name taken from the
+ * schedule that the batch does not announce goes back to it, due as
+ * before, for the usual way this round.  Returns true if a batch was
+ * recorded (its rows are written in the next rounds).
+ */
+static bool
+announce_in_bulk(TimestampTz now, int64 *announced, int64 *lag)
+{
+	int			room;
+	char	  **names;
+	int		   *lens;
+	TimestampTz *whens;
+	bool	   *left_out;
+	int			n = 0;
+	int			nkeys = 0;
+	int			recorded = 0;
+	char		name[HL_MAX_NAME_BYTES + 1];
+	int			namelen;
+	TimestampTz when;
+	TimestampTz next;
+
+	if (hl_mass_busy() || !hl_schedule_next(schedule, &next) || next > now)
+		return false;
+	room = hl_mass_room();
+	names = palloc(room * sizeof(char *));
+	lens = palloc(room * sizeof(int));
+	whens = palloc(room * sizeof(TimestampTz));
+	left_out = palloc(room * sizeof(bool));
+	while (n + nkeys < room &&
+		   hl_schedule_take_due(schedule, now, name, &namelen, &when))
+	{
+		int64		keepalive;
+		int			at;
+
+		/* a keepalive's terms, the usual way (look_at_keepalive) */
+		if (hl_keepalive_parse_key(name, namelen, &keepalive))
+			at = room - 1 - nkeys++;
+		else
+			at = n++;
+		names[at] = pnstrdup(name, namelen);
+		lens[at] = namelen;
+		whens[at] = when;
+		left_out[at] = true;
+	}
+	if (n >= HL_MASS_EXPIRY_MIN)
+	{
+		int64		batch_lag = -1;
+
+		recorded = hl_mass_announce(names, lens, n, left_out, &batch_lag);
+		*announced += recorded;
+		if (recorded > 0)
+			*lag = Max(*lag, batch_lag);
+	}
+	for (int i = 0; i < n; i++)
+		if (left_out[i])
+			hl_schedule_add(schedule, names[i], lens[i], whens[i]);
+	for (int i = room - nkeys; i < room; i++)
+		hl_schedule_add(schedule, names[i], lens[i], whens[i]);
+	return recorded > 0;
+}
+
 /*
  * The round's work on the lease table, which lock_tables() locked: a round
  * of the pass in progress, the leases due (ANNOUNCE_BATCH at most, in
@@ -1355,6 +1442,7 @@ announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
 	TimestampTz stop_at;
 	int			n = 0;
 	bool		more;
+	bool		bulk_more = false;
 
 	now = GetCurrentTimestamp();
 	if (!in_pass &&
@@ -1389,6 +1477,13 @@ announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
 
 	set_state(WORKER_ANNOUNCING);
 	now = GetCurrentTimestamp();
+
+	/* a mass expiry's rows, or a mass expiry (massexpiry.c) */
+	if (hl_mass_catch_up(ANNOUNCE_BATCH, catch_up_look, NULL))
+		bulk_more = true;
+	else if (announce_in_bulk(now, announced, lag))
+		bulk_more = true;
+
 	stop_at = now + ANNOUNCE_BATCH_US;
 	while (n < ANNOUNCE_BATCH &&
 		   (n < BATCH || GetCurrentTimestamp() < stop_at) &&
@@ -1409,7 +1504,7 @@ announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
 	}
 	due_left = n >= ANNOUNCE_BATCH ||
 		(n >= BATCH && GetCurrentTimestamp() >= stop_at);
-	more = due_left || in_pass || pass_wanted ||
+	more = due_left || bulk_more || in_pass || pass_wanted ||
 		(pass_asked && now >= pass_not_before);
 	if (hash_get_num_entries(session_ends) > 0)
 		*next_session = end_sessions();
@@ -1474,6 +1569,7 @@ run_round(bool *gone, TimestampTz *next_session)
 	int64		announced = 0;
 	int64		lag = -1;
 	bool		more = false;
+	int			bulk;
 
 	*next_session = DT_NOEND;
 	table_busy = false;
@@ -1498,16 +1594,30 @@ run_round(bool *gone, TimestampTz *next_session)
 		if (!lock_tables(true))
 			table_busy = true;
 		else
+		{
+			hl_mass_recover();
 			more = announce_round(&announced, &lag, next_session);
+		}
 	}
 
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	bulk = hl_mass_committed();
+	hl_mass_caught_up();
 	hl_notify_after_commit();
 
-	/* the events committed meanwhile, this round's announcements among them */
+	/*
+	 * The events committed meanwhile, this round's announcements among
+	 * them; all of a mass expiry's at once, before its rows are written.
+	 */
 	if (!*gone)
-		more = deliver_events() || more;
+	{
+		bool		deliver_more = deliver_events();
+
+		for (int i = 0; deliver_more && i < bulk / HL_DELIVERY_BATCH + 1; i++)
+			deliver_more = deliver_events();
+		more = deliver_more || more;
+	}
 
 	LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
 	if (slot_is_mine())
@@ -1743,6 +1853,7 @@ hoplock_worker_main(Datum arg)
 	before_shmem_exit(detach, (Datum) 0);
 
 	BackgroundWorkerInitializeConnectionByOid(my_arg.dboid, InvalidOid, 0);
+	hl_mass_start();
 
 	/*
 	 * The worker writes whatever the database's defaults say, like
@@ -1788,6 +1899,7 @@ hoplock_worker_main(Datum arg)
 		MemoryContextSwitchTo(TopMemoryContext);
 		edata = CopyErrorData();
 		AbortOutOfAnyTransaction();
+		hl_mass_aborted();
 		FlushErrorState();
 		/* what went wrong, for hoplock_workers */
 		LWLockAcquire(my_slot->lock, LW_EXCLUSIVE);
