@@ -1,0 +1,157 @@
+# A mass expiry cut short, and no worker to finish it (massexpiry.c): the
+# batch's expired events are committed, its lease rows not all written,
+# when the server crash-restarts with the database left out of
+# hoplock.databases.  Then writers find in the event log what the lost
+# shared memory said: another owner's acquire of a term the batch
+# announced records no second "expired", nor does the one the worker
+# later writes the row of; a term lapsing now is announced by whoever
+# takes it over, as ever.  Once the worker is back it writes every row
+# the batch left, clears the mark in the delivery row, sends everything,
+# and the next mass expiry runs as usual.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use Hoplock::Crash;
+
+my $n = 5000;
+
+my $node = PostgreSQL::Test::Cluster->new('mass_restart');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'hoplock'
+max_locks_per_transaction = 256
+restart_after_crash = on
+hoplock.history_size = 100000
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION hoplock');
+
+sub q1 { return $node->safe_psql('postgres', $_[0]); }
+
+sub worker_pid
+{
+	return q1(q{SELECT pid FROM hoplock_workers WHERE datname = 'postgres'});
+}
+
+sub wait_for_worker
+{
+	$node->poll_query_until('postgres',
+		q{SELECT pid IS NOT NULL FROM hoplock_workers WHERE datname = 'postgres'})
+	  or die 'no worker';
+}
+
+# expired events of the names "$prefix-*" since $from, per term
+sub expired_per_term
+{
+	my ($prefix, $from) = @_;
+	return q1(qq{SELECT count(*), count(DISTINCT (name, generation))
+	               FROM hoplock_events($from)
+	              WHERE event = 'expired' AND name LIKE '$prefix-%'});
+}
+
+wait_for_worker();
+my $from = q1('SELECT hoplock_position()');
+
+# --- a batch committed, its rows half written, the worker frozen -------------
+is(q1(qq{SELECT count(hoplock_acquire('cut-' || i, 'o', t.at - clock_timestamp()))
+           FROM (SELECT statement_timestamp() + interval '2 s' AS at) AS t,
+                generate_series(1, $n) AS i}),
+	$n, "$n names lapsing at one instant");
+my $pid = worker_pid();
+my $watcher = $node->background_psql('postgres');
+$watcher->query_safe(q{
+	DO $$
+	BEGIN
+		WHILE NOT EXISTS (SELECT FROM hoplock_internal.event
+		                   WHERE event = 'expired' AND name LIKE 'cut-%') LOOP
+			PERFORM pg_sleep(0.0005);
+		END LOOP;
+	END $$});
+kill 'STOP', $pid;
+$watcher->quit;
+my ($events, $unwritten, $marked) = split /\|/, q1(q{
+	SELECT (SELECT count(*) FROM hoplock_internal.event WHERE event = 'expired' AND name LIKE 'cut-%'),
+	       (SELECT count(*) FROM hoplock_internal.lease WHERE name LIKE 'cut-%' AND state = 'h'),
+	       (SELECT expiries_after IS NOT NULL FROM hoplock_internal.delivery)});
+diag("worker stopped with $events expired events committed, $unwritten lease rows not written");
+cmp_ok($events, '>', $n / 2, 'the batch committed the expired events of the terms due');
+cmp_ok($unwritten, '>', 100, 'and had not written all their lease rows');
+is($marked, 't', 'the delivery row marks the batch');
+
+# --- the server crash-restarts, and no worker serves the database ------------
+$node->append_conf('postgresql.conf', "hoplock.databases = 'no_database_here'");
+$node->reload;
+Hoplock::Crash::kill_and_wait_for_restart($node, $pid);
+is(q1(q{SELECT count(*) FROM hoplock_workers WHERE datname = 'postgres' AND pid IS NOT NULL}),
+	'0', 'no worker after the restart');
+
+# another owner takes over terms the batch announced and did not write
+my @pending = split /\n/, q1(q{
+	SELECT l.name FROM hoplock_internal.lease AS l
+	 WHERE l.name LIKE 'cut-%' AND l.state = 'h'
+	   AND EXISTS (SELECT FROM hoplock_internal.event AS e
+	                WHERE e.name = l.name AND e.event = 'expired')
+	 ORDER BY l.name LIMIT 20});
+is(scalar(@pending), 20, 'terms left lapsed and unwritten by the batch');
+my $list = join(', ', map { "'$_'" } @pending);
+is(q1(qq{SELECT count(hoplock_acquire(n, 'p', '10 min')) FROM unnest(ARRAY[$list]) AS n}),
+	'20', 'another owner takes them over');
+is(q1(qq{SELECT count(*) FROM hoplock_events($from)
+          WHERE event = 'expired' AND name IN ($list)}),
+	'20', 'recording no second expired event of them');
+is(q1(qq{SELECT count(*) FROM hoplock_history
+          WHERE name IN ($list) AND owner = 'o' AND how = 'expired'}),
+	'20', 'their history rows end "expired", as the batch announced');
+
+# a term that lapses now is announced by whoever takes it over
+q1(q{SELECT hoplock_acquire('solo', 'o', '50 ms')});
+usleep(100_000);
+my $solo_from = q1('SELECT hoplock_position()');
+q1(q{SELECT hoplock_acquire('solo', 'p', '10 min')});
+is(q1(qq{SELECT string_agg(event, ',' ORDER BY seq) FROM hoplock_events($solo_from) WHERE name = 'solo'}),
+	'expired,acquired', 'a term lapsing since is announced by its takeover');
+
+# --- the worker comes back and finishes the batch -----------------------------
+$node->adjust_conf('postgresql.conf', 'hoplock.databases', "''");
+$node->reload;
+wait_for_worker();
+$node->poll_query_until('postgres',
+	q{SELECT NOT EXISTS (SELECT FROM hoplock_internal.lease
+	                      WHERE name LIKE 'cut-%' AND state = 'h' AND owner = 'o')})
+  or die 'the batch was not finished';
+$node->poll_query_until('postgres',
+	q{SELECT expiries_after IS NULL FROM hoplock_internal.delivery})
+  or die 'the mark was not cleared';
+pass('the worker writes every row the batch left, and clears its mark');
+is(expired_per_term('cut', $from), "$n|$n", 'one expired event per term, none doubled');
+is(q1(q{SELECT count(*) FROM hoplock_history WHERE name LIKE 'cut-%' AND owner = 'o'
+          AND how = 'expired' AND ended_at IS NOT NULL}),
+	$n, 'every term of the batch ends "expired" in the history');
+is(q1(q{SELECT count(*) FROM hoplock_history AS h JOIN hoplock_internal.lease AS l USING (name, generation)
+	  WHERE name LIKE 'cut-%' AND h.ended_at = l.expires_at AND l.state = 'x'}),
+	$n - 20, 'at its expires_at, each row not taken over marked announced');
+$node->poll_query_until('postgres',
+	qq{SELECT delivered >= (SELECT max(seq) FROM hoplock_events($from)) FROM hoplock_internal.delivery})
+  or die 'not everything sent';
+pass('everything recorded was sent');
+
+# --- and the next mass expiry is as usual --------------------------------------
+$from = q1('SELECT hoplock_position()');
+is(q1(qq{SELECT count(hoplock_acquire('next-' || i, 'o', t.at - clock_timestamp()))
+           FROM (SELECT statement_timestamp() + interval '1 s' AS at) AS t,
+                generate_series(1, 1000) AS i}),
+	'1000', '1,000 more names lapsing at one instant');
+$node->poll_query_until('postgres',
+	q{SELECT NOT EXISTS (SELECT FROM hoplock_internal.lease WHERE name LIKE 'next-%' AND state = 'h')
+	     AND (SELECT expiries_after IS NULL FROM hoplock_internal.delivery)})
+  or die 'the next lapse was not announced';
+is(expired_per_term('next', $from), '1000|1000', 'each announced once');
+
+$node->stop;
+done_testing();
