@@ -109,10 +109,16 @@ typedef enum LeaseAction
  */
 
 /*
- * The row write_row() wrote over was a term whose "expired" a mass expiry
- * had committed already (check_expiries): announce_end() records none.
+ * What the expiry set (expiries.c) said of the term a compare-and-swap
+ * writes over (check_expiries): "recorded", a mass expiry committed its
+ * "expired" already, and announce_end() records none; "lapsed_generation",
+ * a term the call took for running that a mass expiry announces, which
+ * the next look takes for lapsed whatever the clock says.  "held": the
+ * call's decision took the term for running.
  */
 static bool expiry_recorded = false;
+static bool expiry_decided_held = false;
+static int64 expiry_lapsed_generation = 0;
 
 static bool
 handle_matches(const Lease *lease, text *handle)
@@ -1101,17 +1107,23 @@ static TM_Result
 check_expiries(void *arg)
 {
 	const Lease *cur = (const Lease *) arg;
+	HlExpiryState state = hl_expiries_check(cur->name, cur->generation);
 
-	switch (hl_expiries_check(cur->name, cur->generation))
+	if (state != HL_EXPIRY_ANNOUNCING && state != HL_EXPIRY_ANNOUNCED)
+		return TM_Ok;
+
+	/*
+	 * Taken for running, by a clock read before the worker's: it lapsed
+	 * meanwhile.  Look again (the row is as it was), taking it for lapsed.
+	 */
+	if (expiry_decided_held)
 	{
-		case HL_EXPIRY_ANNOUNCING:
-			return TM_BeingModified;
-		case HL_EXPIRY_ANNOUNCED:
-			expiry_recorded = true;
-			break;
-		default:
-			break;
+		expiry_lapsed_generation = cur->generation;
+		return TM_Updated;
 	}
+	if (state == HL_EXPIRY_ANNOUNCING)
+		return TM_BeingModified;
+	expiry_recorded = true;
 	return TM_Ok;
 }
 
@@ -1374,6 +1386,11 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	/* the clock at the moment of the decision, after the fetch */
 	now = GetCurrentTimestamp();
 
+	/* a term a mass expiry announces lapsed, whatever this clock says */
+	if (cur.found && cur.lease.generation == expiry_lapsed_generation &&
+		now < cur.lease.expires_at)
+		now = cur.lease.expires_at;
+
 	/* a look at a slot the owner's term may be in (slots.c): it, or none */
 	if (req->owners_term_only &&
 		(TransactionIdIsValid(cur.inflight) || curp == NULL ||
@@ -1467,6 +1484,8 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 		return LEASE_CONTENDED;
 	}
 
+	expiry_decided_held = curp != NULL && curp->state == LEASE_STATE_HELD &&
+		hl_lease_is_held(curp, now);
 	tm = write_row(st, action, &cur, result);
 	hl_version_release(&cur);
 	if (tm == TM_Ok)
@@ -1535,6 +1554,7 @@ hl_lease_cas(const LeaseRequest *req, Lease *result, bool *found)
 	int			step;
 
 	*found = false;
+	expiry_lapsed_generation = 0;
 	hl_prevent_write(req->fn);
 	if (!cas_open(req, &st))
 		return LEASE_CONTENDED;

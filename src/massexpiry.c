@@ -205,7 +205,13 @@ hl_mass_announce(char **names, const int *lens, int n, bool *left_out,
 		CHECK_FOR_INTERRUPTS();
 		hl_store_fetch(&rel, cstring_to_text_with_len(names[i], lens[i]),
 					   &dirty, &v);
+		/*
+		 * Not one a transaction in flight changes, or holds locked (the
+		 * dirty snapshot reports updaters only): a writer that locked the
+		 * row before the name was published is found here.
+		 */
 		if (v.found && !TransactionIdIsValid(v.inflight) &&
+			!TransactionIdIsValid(hl_store_locker(&v)) &&
 			v.lease.state == LEASE_STATE_HELD && v.lease.keepalive <= 0 &&
 			v.lease.handed_pid == 0 && v.lease.hold_until == 0)
 		{
