@@ -41,6 +41,7 @@
 #include "branch.h"
 #include "compat.h"
 #include "delivery.h"
+#include "expiries.h"
 #include "hoplock.h"
 #include "keepalive.h"
 #include "session.h"
@@ -367,6 +368,7 @@ utility(HL_UTILITY_ARGS)
 	{
 		hl_branch_note_sql_write();
 		hl_keepalives_written();
+		hl_expiries_note_sql_write();
 		if (truncates_event_log(stmt))
 			hl_delivery_note_removal();
 	}
@@ -481,6 +483,7 @@ executor_end(QueryDesc *queryDesc)
 	{
 		hl_branch_note_sql_write();
 		hl_keepalives_written();
+		hl_expiries_note_sql_write();
 	}
 	if (removed_events)
 		hl_delivery_note_removal();

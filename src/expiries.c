@@ -75,6 +75,8 @@ typedef struct ExpiryShared
 {
 	LWLock	   *lock;
 	pg_atomic_uint32 entries;	/* in the table, all databases */
+	pg_atomic_uint64 sql_writes;	/* statements that wrote hoplock's
+									 * tables (dbhooks.c), all databases */
 } ExpiryShared;
 
 static ExpiryShared *shared = NULL;
@@ -121,6 +123,7 @@ expiries_shmem_startup(void)
 	{
 		shared->lock = &GetNamedLWLockTranche(EXPIRIES_TRANCHE)[0].lock;
 		pg_atomic_init_u32(&shared->entries, 0);
+		pg_atomic_init_u64(&shared->sql_writes, 0);
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(ExpiryKey);
@@ -409,4 +412,22 @@ hl_expiries_set_trusted(bool trusted)
 
 	if (slot != NULL)
 		pg_atomic_write_u32(&slot->expiries_trusted, trusted ? 1 : 0);
+}
+
+/*
+ * A statement wrote hoplock's tables through SQL (a superuser's UPDATE, a
+ * restore's COPY): a batch whose rows were read before gives up.
+ */
+void
+hl_expiries_note_sql_write(void)
+{
+	if (shared != NULL)
+		pg_atomic_fetch_add_u64(&shared->sql_writes, 1);
+}
+
+/* How many such statements there were (the worker compares two reads) */
+uint64
+hl_expiries_sql_writes(void)
+{
+	return shared == NULL ? 0 : pg_atomic_read_u64(&shared->sql_writes);
 }

@@ -45,5 +45,7 @@ extern void hl_expiries_forget(char **names, const int *lens, int n);
 extern void hl_expiries_forget_all(void);
 extern bool hl_expiries_trusted(void);
 extern void hl_expiries_set_trusted(bool trusted);
+extern void hl_expiries_note_sql_write(void);
+extern uint64 hl_expiries_sql_writes(void);
 
 #endif							/* HOPLOCK_EXPIRIES_H */

@@ -62,6 +62,7 @@
 typedef enum MassPhase
 {
 	MASS_IDLE,
+	MASS_WATCHING,				/* its rows read, its expiries to come */
 	MASS_RECORDING,				/* the batch's transaction is open */
 	MASS_CATCHING_UP			/* its events are committed */
 } MassPhase;
@@ -80,6 +81,9 @@ static MemoryContext mass_context = NULL;
 static char **batch_names = NULL;
 static int *batch_lens = NULL;
 static MassTermState *batch_state = NULL;
+static Lease *batch_terms = NULL;	/* while WATCHING: each row as read */
+static TimestampTz batch_due = 0;	/* ... and the latest expiry */
+static uint64 sql_writes_seen = 0;	/* hl_expiries_sql_writes() then */
 static int	batch_size = 0;
 static int	batch_left = 0;
 
@@ -91,6 +95,7 @@ batch_reset(void)
 	batch_names = NULL;
 	batch_lens = NULL;
 	batch_state = NULL;
+	batch_terms = NULL;
 	batch_size = batch_left = 0;
 	phase = MASS_IDLE;
 }
@@ -108,6 +113,7 @@ batch_alloc(int n)
 	batch_lens = MemoryContextAlloc(mass_context, n * sizeof(int));
 	batch_state = MemoryContextAllocZero(mass_context,
 										 n * sizeof(MassTermState));
+	batch_terms = MemoryContextAllocZero(mass_context, n * sizeof(Lease));
 }
 
 static void
@@ -157,44 +163,60 @@ mark_delivery(bool set)
 	hl_delivery_write(&d);
 }
 
+/* A copy of "term" in the batch's memory */
+static void
+keep_term(Lease *dst, const Lease *term)
+{
+	MemoryContext old = MemoryContextSwitchTo(mass_context);
+
+	*dst = *term;
+	dst->name = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(term->name));
+	dst->owner = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(term->owner));
+	dst->value = term->value == NULL ? NULL :
+		(text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(term->value));
+	dst->step_down_to = NULL;
+	MemoryContextSwitchTo(old);
+}
+
 /*
- * Steps 1 to 4 of a batch (file header), in the worker's round
- * transaction, the tables locked: "n" names due, in the order of their
- * deadlines.  left_out[i] says which the worker is to look at the usual
- * way, this round; the rest are announced, once the transaction commits
- * (hl_mass_committed).  Returns how many are; *lag is the greatest delay
- * after expires_at.
+ * Steps 1 and 2 of a batch (file header), in the worker's round
+ * transaction, the tables locked: "n" names due by "until", in the order
+ * of their deadlines.  left_out[i] says which the worker is to look at the
+ * usual way (a row renewed past "until", being changed, not a term on its
+ * own expiry); the others stay WATCHED until the latest of their expiries
+ * (hl_mass_watching), then hl_mass_record() announces those no writer
+ * touched meanwhile.  Returns how many stay.
  */
 int
-hl_mass_announce(char **names, const int *lens, int n, bool *left_out,
-				 int64 *lag)
+hl_mass_watch(char **names, const int *lens, int n, TimestampTz until,
+			  bool *left_out)
 {
 	bool	   *watched = palloc(n * sizeof(bool));
-	bool	   *kept = palloc(n * sizeof(bool));
-	int64	   *generations = palloc0(n * sizeof(int64));
-	Lease	   *terms = palloc0(n * sizeof(Lease));
 	HlRelation	rel;
 	SnapshotData dirty;
-	TimestampTz now;
-	int			announced = 0;
+	int			kept = 0;
+	char	  **gone_names = palloc(n * sizeof(char *));
+	int		   *gone_lens = palloc(n * sizeof(int));
+	int			ngone = 0;
 
 	Assert(phase == MASS_IDLE && recovered);
 	for (int i = 0; i < n; i++)
 		left_out[i] = true;
-	*lag = -1;
 
 	/* 1: published before the rows are read */
+	sql_writes_seen = hl_expiries_sql_writes();
 	if (hl_expiries_watch(names, lens, n, watched) == 0)
 		return 0;
 	batch_alloc(n);
-	phase = MASS_RECORDING;
-	for (int i = 0; i < n; i++)
-		if (watched[i])
-			batch_add(names[i], lens[i]);
+	batch_due = 0;
 
 	/* 2: the rows, each as its newest version says */
 	if (!hl_open(HL_REL_LEASE, RowExclusiveLock, false, &rel))
+	{
+		hl_expiries_forget(names, lens, n);
+		batch_reset();
 		hl_table_busy_error(HL_REL_LEASE);
+	}
 	InitDirtySnapshot(dirty);
 	for (int i = 0; i < n; i++)
 	{
@@ -205,6 +227,7 @@ hl_mass_announce(char **names, const int *lens, int n, bool *left_out,
 		CHECK_FOR_INTERRUPTS();
 		hl_store_fetch(&rel, cstring_to_text_with_len(names[i], lens[i]),
 					   &dirty, &v);
+
 		/*
 		 * Not one a transaction in flight changes, or holds locked (the
 		 * dirty snapshot reports updaters only): a writer that locked the
@@ -213,59 +236,111 @@ hl_mass_announce(char **names, const int *lens, int n, bool *left_out,
 		if (v.found && !TransactionIdIsValid(v.inflight) &&
 			!TransactionIdIsValid(hl_store_locker(&v)) &&
 			v.lease.state == LEASE_STATE_HELD && v.lease.keepalive <= 0 &&
-			v.lease.handed_pid == 0 && v.lease.hold_until == 0)
+			v.lease.handed_pid == 0 && v.lease.hold_until == 0 &&
+			v.lease.generation != 0 && v.lease.expires_at <= until)
 		{
-			terms[i] = v.lease;
-			generations[i] = v.lease.generation;
+			batch_names[batch_size] = MemoryContextStrdup(mass_context, names[i]);
+			batch_lens[batch_size] = lens[i];
+			batch_state[batch_size] = TERM_PENDING;
+			keep_term(&batch_terms[batch_size], &v.lease);
+			batch_due = Max(batch_due, v.lease.expires_at);
+			batch_size++;
+			left_out[i] = false;
+			kept++;
+		}
+		else
+		{
+			gone_names[ngone] = names[i];
+			gone_lens[ngone] = lens[i];
+			ngone++;
 		}
 		hl_version_release(&v);
 	}
 	hl_close(&rel, true);
+	batch_left = batch_size;
 
-	/* the clock after the versions it decides on were read */
-	now = GetCurrentTimestamp();
-	for (int i = 0; i < n; i++)
-		if (generations[i] != 0 && terms[i].expires_at > now)
-			generations[i] = 0;
+	/* the rest are the usual way's */
+	hl_expiries_forget(gone_names, gone_lens, ngone);
+	if (kept == 0)
+		batch_reset();
+	else
+		phase = MASS_WATCHING;
+	return kept;
+}
+
+/* Is a batch watched?  Then in *due the latest of its expiries. */
+bool
+hl_mass_watching(TimestampTz *due)
+{
+	if (phase != MASS_WATCHING)
+		return false;
+	*due = batch_due;
+	return true;
+}
+
+/*
+ * Steps 3 and 4 of the batch watched, in the worker's round transaction,
+ * now that every term of it lapsed (hl_mass_watching's due).  Each name a
+ * writer touched meanwhile is handed to "left_out", for the usual way;
+ * the rest are announced once the transaction commits
+ * (hl_mass_committed).  Returns how many are; *lag is the greatest delay
+ * after expires_at.
+ */
+int
+hl_mass_record(HlMassLeftOut left_out, void *arg, int64 *lag)
+{
+	int64	   *generations;
+	bool	   *kept;
+	TimestampTz now = GetCurrentTimestamp();
+	int			announced = 0;
+	int			k = 0;
+
+	Assert(phase == MASS_WATCHING && now >= batch_due);
+	*lag = -1;
+
+	/*
+	 * Rows written by SQL since they were read (a superuser's UPDATE, a
+	 * restore): the batch is given up, and each name looked at anew.
+	 */
+	if (hl_expiries_sql_writes() != sql_writes_seen)
+	{
+		hl_expiries_forget(batch_names, batch_lens, batch_size);
+		for (int i = 0; i < batch_size; i++)
+			left_out(batch_names[i], batch_lens[i], arg);
+		batch_reset();
+		return 0;
+	}
 
 	/* 3: those no writer touched meanwhile */
-	hl_expiries_flip(names, lens, generations, n, kept);
+	generations = palloc(batch_size * sizeof(int64));
+	kept = palloc(batch_size * sizeof(bool));
+	for (int i = 0; i < batch_size; i++)
+		generations[i] = batch_terms[i].generation;
+	hl_expiries_flip(batch_names, batch_lens, generations, batch_size, kept);
 
 	/* 4: their events, and the mark a restart looks for */
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < batch_size; i++)
 	{
 		if (!kept[i])
+		{
+			left_out(batch_names[i], batch_lens[i], arg);
 			continue;
-		left_out[i] = false;
-		hl_event("expired", &terms[i]);
-		*lag = Max(*lag, now - terms[i].expires_at);
+		}
+		hl_event("expired", &batch_terms[i]);
+		*lag = Max(*lag, now - batch_terms[i].expires_at);
+		batch_names[k] = batch_names[i];
+		batch_lens[k] = batch_lens[i];
+		batch_state[k] = TERM_PENDING;
+		k++;
 		announced++;
 	}
-
-	/* the batch is now what stays of it */
-	{
-		int			k = 0;
-
-		for (int i = 0, b = 0; i < n; i++)
-		{
-			if (!watched[i])
-				continue;
-			if (kept[i])
-			{
-				batch_names[k] = batch_names[b];
-				batch_lens[k] = batch_lens[b];
-				batch_state[k] = TERM_PENDING;
-				k++;
-			}
-			b++;
-		}
-		batch_size = batch_left = k;
-	}
+	batch_size = batch_left = k;
 	if (announced == 0)
 	{
 		batch_reset();
 		return 0;
 	}
+	phase = MASS_RECORDING;
 	mark_delivery(true);
 	hl_count_by(HL_COUNT_EXPIRIES, announced);
 	hl_commit_durably(true);
@@ -295,7 +370,7 @@ hl_mass_committed(void)
 void
 hl_mass_aborted(void)
 {
-	if (phase == MASS_RECORDING)
+	if (phase == MASS_RECORDING || phase == MASS_WATCHING)
 	{
 		hl_expiries_forget(batch_names, batch_lens, batch_size);
 		batch_reset();

@@ -16,14 +16,23 @@
 
 /* Fewer terms due at once than this are announced one by one */
 #define HL_MASS_EXPIRY_MIN	64
+/* Terms due within this of the first make one batch (microseconds) */
+#define HL_MASS_EXPIRY_SPREAD	5000
+/* A batch's rows are read this long before its first expiry */
+#define HL_MASS_EXPIRY_AHEAD	100000
 
 /* The worker's look at one name (worker.c's look_at): false to look again */
 typedef bool (*HlMassLook) (const char *name, int namelen, void *arg);
 
 extern bool hl_mass_busy(void);
 extern int	hl_mass_room(void);
-extern int	hl_mass_announce(char **names, const int *lens, int n,
-							 bool *left_out, int64 *lag);
+/* A name a batch leaves to the usual way, after all */
+typedef void (*HlMassLeftOut) (const char *name, int namelen, void *arg);
+
+extern int	hl_mass_watch(char **names, const int *lens, int n,
+						  TimestampTz until, bool *left_out);
+extern bool hl_mass_watching(TimestampTz *due);
+extern int	hl_mass_record(HlMassLeftOut left_out, void *arg, int64 *lag);
 extern int	hl_mass_committed(void);
 extern void hl_mass_aborted(void);
 extern bool hl_mass_catch_up(int limit, HlMassLook look, void *arg);

@@ -284,6 +284,21 @@ hl_schedule_take_due(Schedule *s, TimestampTz now, char *name, int *namelen,
 	return true;
 }
 
+/* How many names are due by "until", counted up to "max" at most. */
+int
+hl_schedule_count_due(Schedule *s, TimestampTz until, int max)
+{
+	RBTreeIterator iter;
+	ScheduleNode *node;
+	int			n = 0;
+
+	rbt_begin_iterate(s->tree, LeftRightWalk, &iter);
+	while (n < max && (node = (ScheduleNode *) rbt_iterate(&iter)) != NULL &&
+		   node->when <= until)
+		n++;
+	return n;
+}
+
 /* How many names the schedule holds. */
 int
 hl_schedule_count(Schedule *s)

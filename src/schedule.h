@@ -21,6 +21,7 @@ extern bool hl_schedule_next(Schedule *s, TimestampTz *when);
 extern bool hl_schedule_take_due(Schedule *s, TimestampTz now, char *name,
 							  int *namelen, TimestampTz *when);
 extern int	hl_schedule_count(Schedule *s);
+extern int	hl_schedule_count_due(Schedule *s, TimestampTz until, int max);
 extern TimestampTz hl_schedule_horizon(Schedule *s);
 extern void hl_schedule_reopen(Schedule *s);
 

@@ -1363,67 +1363,93 @@ catch_up_look(const char *name, int namelen, void *arg)
 	return look_at(name, namelen, &ignored, &lag) != LEASE_CONTENDED;
 }
 
+/* A name a batch leaves to the usual way: due now */
+static void
+left_to_look_at(const char *name, int namelen, void *arg)
+{
+	hl_schedule_add(schedule, name, namelen, *(TimestampTz *) arg);
+}
+
 /*
- * Many terms due at once: announced in bulk (massexpiry.c), unless fewer
- * than HL_MASS_EXPIRY_MIN of them are.  Every name taken from the
- * schedule that the batch does not announce goes back to it, due as
- * before, for the usual way this round.  Returns true if a batch was
- * recorded (its rows are written in the next rounds).
+ * Will many terms lapse together soon: HL_MASS_EXPIRY_MIN of them within
+ * HL_MASS_EXPIRY_SPREAD of the next deadline?  Then in *first that one.
+ */
+static bool
+mass_expiry_coming(TimestampTz *first)
+{
+	return !hl_mass_busy() && hl_schedule_next(schedule, first) &&
+		hl_schedule_count_due(schedule, *first + HL_MASS_EXPIRY_SPREAD,
+							  HL_MASS_EXPIRY_MIN) >= HL_MASS_EXPIRY_MIN;
+}
+
+/*
+ * Many terms lapsing together, announced in bulk (massexpiry.c): their
+ * rows are read HL_MASS_EXPIRY_AHEAD before the first of them lapses,
+ * and once the last has, the batch records their events.  Every name
+ * taken from the schedule that the batch does not keep goes back to it,
+ * due as before, for the usual way.  Returns true if the batch has work
+ * left for the next round (its commit, then its rows).
  */
 static bool
 announce_in_bulk(TimestampTz now, int64 *announced, int64 *lag)
 {
-	int			room;
-	char	  **names;
-	int		   *lens;
-	TimestampTz *whens;
-	bool	   *left_out;
-	int			n = 0;
-	int			nkeys = 0;
-	int			recorded = 0;
-	char		name[HL_MAX_NAME_BYTES + 1];
-	int			namelen;
-	TimestampTz when;
-	TimestampTz next;
+	TimestampTz first;
+	TimestampTz due;
 
-	if (hl_mass_busy() || !hl_schedule_next(schedule, &next) || next > now)
-		return false;
-	room = hl_mass_room();
-	names = palloc(room * sizeof(char *));
-	lens = palloc(room * sizeof(int));
-	whens = palloc(room * sizeof(TimestampTz));
-	left_out = palloc(room * sizeof(bool));
-	while (n + nkeys < room &&
-		   hl_schedule_take_due(schedule, now, name, &namelen, &when))
+	if (!hl_mass_watching(&due) && mass_expiry_coming(&first) &&
+		first <= now + HL_MASS_EXPIRY_AHEAD)
 	{
-		int64		keepalive;
-		int			at;
+		int			room = hl_mass_room();
+		char	  **names = palloc(room * sizeof(char *));
+		int		   *lens = palloc(room * sizeof(int));
+		TimestampTz *whens = palloc(room * sizeof(TimestampTz));
+		bool	   *left_out = palloc(room * sizeof(bool));
+		int			n = 0;
+		int			nkeys = 0;
+		char		name[HL_MAX_NAME_BYTES + 1];
+		int			namelen;
+		TimestampTz when;
 
-		/* a keepalive's terms, the usual way (look_at_keepalive) */
-		if (hl_keepalive_parse_key(name, namelen, &keepalive))
-			at = room - 1 - nkeys++;
-		else
-			at = n++;
-		names[at] = pnstrdup(name, namelen);
-		lens[at] = namelen;
-		whens[at] = when;
-		left_out[at] = true;
+		while (n + nkeys < room &&
+			   hl_schedule_take_due(schedule, first + HL_MASS_EXPIRY_SPREAD,
+									name, &namelen, &when))
+		{
+			int64		keepalive;
+			int			at;
+
+			/* a keepalive's terms, the usual way (look_at_keepalive) */
+			if (hl_keepalive_parse_key(name, namelen, &keepalive))
+				at = room - 1 - nkeys++;
+			else
+				at = n++;
+			names[at] = pnstrdup(name, namelen);
+			lens[at] = namelen;
+			whens[at] = when;
+			left_out[at] = true;
+		}
+		(void) hl_mass_watch(names, lens, n, first + HL_MASS_EXPIRY_SPREAD,
+							 left_out);
+		for (int i = 0; i < n; i++)
+			if (left_out[i])
+				hl_schedule_add(schedule, names[i], lens[i], whens[i]);
+		for (int i = room - nkeys; i < room; i++)
+			hl_schedule_add(schedule, names[i], lens[i], whens[i]);
 	}
-	if (n >= HL_MASS_EXPIRY_MIN)
+	if (hl_mass_watching(&due))
 	{
 		int64		batch_lag = -1;
+		int			recorded;
 
-		recorded = hl_mass_announce(names, lens, n, left_out, &batch_lag);
+		now = GetCurrentTimestamp();
+		if (now < due)
+			return false;		/* sleep_until_due wakes the worker then */
+		recorded = hl_mass_record(left_to_look_at, &now, &batch_lag);
 		*announced += recorded;
 		if (recorded > 0)
 			*lag = Max(*lag, batch_lag);
+		return recorded > 0;
 	}
-	for (int i = 0; i < n; i++)
-		if (left_out[i])
-			hl_schedule_add(schedule, names[i], lens[i], whens[i]);
-	for (int i = room - nkeys; i < room; i++)
-		hl_schedule_add(schedule, names[i], lens[i], whens[i]);
-	return recorded > 0;
+	return false;
 }
 
 /*
@@ -1678,8 +1704,16 @@ sleep_until_due(TimestampTz next_session)
 	}
 	else
 	{
+		TimestampTz first;
+		TimestampTz due;
+
 		if (has_next)
 			wake = Min(wake, next);
+		/* a mass expiry's rows are read ahead, its events at its end */
+		if (hl_mass_watching(&due))
+			wake = Min(wake, due);
+		else if (mass_expiry_coming(&first))
+			wake = Min(wake, first - HL_MASS_EXPIRY_AHEAD);
 		wake = Min(wake, hl_schedule_horizon(schedule));
 		if (pass_asked)
 			wake = Min(wake, pass_not_before);

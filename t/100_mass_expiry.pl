@@ -205,6 +205,7 @@ $listener->disconnect;
 $from = q1('SELECT hoplock_position()');
 ($at, $acquired) = lapse_together('crash', 'k', 3);
 is($acquired, $n, "$n more names lapsing at one instant");
+my $pid = worker_pid();
 my $watcher = $node->background_psql('postgres');
 $watcher->query_safe(q{
 	DO $$
@@ -214,7 +215,8 @@ $watcher->query_safe(q{
 			PERFORM pg_sleep(0.0005);
 		END LOOP;
 	END $$});
-my $pid = worker_pid();
+# frozen at once, so that the kill lands before the rows are written
+kill 'STOP', $pid;
 my ($before, $unwritten) = split /\|/, q1(q{
 	SELECT (SELECT count(*) FROM hoplock_internal.event WHERE event = 'expired' AND name LIKE 'crash-%'),
 	       (SELECT count(*) FROM hoplock_internal.lease WHERE name LIKE 'crash-%' AND state = 'h')});
