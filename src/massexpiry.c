@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * massexpiry.c
- *		Many terms lapsing at once (a thousand names given the same ttl, an
- *		owner's keepalive's terms), announced by the worker in one
+ *		Many terms lapsing at once (a thousand names given the same ttl by
+ *		one statement, say), announced by the worker in one
  *		transaction that records only their "expired" events, and their
  *		lease and history rows written after that commit, while the events
  *		are already on their way to the listeners.  One by one, a lapse of
@@ -10,22 +10,29 @@
  *		last batch; this way the rows are out of that path
  *		(docs/many-terms.md).
  *
- *		A batch, in the worker's round transaction:
+ *		A batch: when HL_MASS_EXPIRY_MIN or more terms are due within
+ *		HL_MASS_EXPIRY_SPREAD of the next deadline, the worker wakes
+ *		HL_MASS_EXPIRY_AHEAD before it, and in that round's transaction
  *
- *		1. the names due are published in the expiry set (expiries.c),
+ *		1. the names are published in the expiry set (expiries.c),
  *		   WATCHED, before their rows are read;
- *		2. each row is read: a running term, lapsed, on its own expiry (no
- *		   keepalive, no hold, no handoff pending), not being changed by a
- *		   transaction in flight, stays in the batch; the rest are left to
- *		   the usual way (look_at);
+ *		2. each row is read: a running term on its own expiry (no
+ *		   keepalive, no hold, no handoff pending), lapsing within the
+ *		   spread, not being changed nor locked by a transaction in
+ *		   flight, stays in the batch; the rest go back to the usual way.
+ *
+ *		Once the last of their expiries has passed, in a round's
+ *		transaction:
+ *
  *		3. the entries become ANNOUNCING, but those a writer touched
- *		   meanwhile, which are left out too;
+ *		   meanwhile, which go back to the usual way (and all of them if a
+ *		   statement wrote hoplock's tables through SQL meanwhile);
  *		4. an "expired" event per term is queued, and the delivery row is
  *		   given expiries_after, a number below the batch's events (the
  *		   greatest one sent): a restart can tell which events of the log
  *		   a batch may have left without their rows;
  *		5. the commit, durable as every announcement's; then the entries
- *		   become ANNOUNCED.
+ *		   become ANNOUNCED, and the worker sends the events at once.
  *
  *		Then, in the next rounds, the catch-up: each name is looked at the
  *		usual way, and the lease compare-and-swap, finding its entry
