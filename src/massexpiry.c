@@ -62,6 +62,7 @@
 #include "storage.h"
 
 #include "access/xact.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -365,6 +366,14 @@ hl_mass_committed(void)
 		return 0;
 	hl_expiries_announced(batch_names, batch_lens, batch_size);
 	phase = MASS_CATCHING_UP;
+
+	/*
+	 * Whoever waits for one of these names may take it now: wake the
+	 * database's waiters once, rather than digest thousands of names (a
+	 * waiter for another name looks and sleeps again).
+	 */
+	if (hl_names_waited_for())
+		hl_wake_all_waiters(MyDatabaseId);
 	return batch_size;
 }
 

@@ -141,17 +141,27 @@ $node->poll_query_until('postgres',
   or die 'not everything sent';
 pass('everything recorded was sent');
 
-# --- and the next mass expiry is as usual --------------------------------------
+# --- and the next mass expiry is as usual, its waiters served -----------------
 $from = q1('SELECT hoplock_position()');
 is(q1(qq{SELECT count(hoplock_acquire('next-' || i, 'o', t.at - clock_timestamp()))
-           FROM (SELECT statement_timestamp() + interval '1 s' AS at) AS t,
+           FROM (SELECT statement_timestamp() + interval '2 s' AS at) AS t,
                 generate_series(1, 1000) AS i}),
 	'1000', '1,000 more names lapsing at one instant');
+my $waiter = $node->background_psql('postgres');
+$waiter->query_until(qr/waiting/, q{\echo waiting
+SELECT (hoplock_wait('next-7', 'w', '10 min', '30 s')).owner AS waited;
+});
 $node->poll_query_until('postgres',
-	q{SELECT NOT EXISTS (SELECT FROM hoplock_internal.lease WHERE name LIKE 'next-%' AND state = 'h')
+	q{SELECT NOT EXISTS (SELECT FROM hoplock_internal.lease WHERE name LIKE 'next-%' AND state = 'h' AND owner = 'o')
 	     AND (SELECT expiries_after IS NULL FROM hoplock_internal.delivery)})
   or die 'the next lapse was not announced';
 is(expired_per_term('next', $from), '1000|1000', 'each announced once');
+$node->poll_query_until('postgres', q{SELECT (hoplock_holder('next-7')).owner = 'w'})
+  or die 'the waiter did not get its lease';
+pass('a session waiting for one of the names gets it');
+$waiter->quit;
+is(q1(qq{SELECT string_agg(event || ' ' || owner, ', ' ORDER BY seq) FROM hoplock_events($from) WHERE name = 'next-7'}),
+	'acquired o, expired o, acquired w', 'its events: the lapsed term, its expiry once, the waiter\'s term');
 
 $node->stop;
 done_testing();

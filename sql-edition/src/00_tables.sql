@@ -159,7 +159,8 @@ SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.event', '');
 CREATE VIEW hoplock_internal.delivery AS
     SELECT coalesce(pg_catalog.max(e.seq), 0) AS delivered,
            pg_catalog.clock_timestamp() AS delivered_at,
-           0::bigint AS pruned_through
+           0::bigint AS pruned_through,
+           NULL::bigint AS expiries_after
       FROM hoplock_internal.event AS e;
 
 CREATE FUNCTION hoplock_internal.delivery_restore() RETURNS trigger
