@@ -90,7 +90,7 @@ sub set_config
 # Setup
 # ---------------------------------------------------------------------------
 $db->do('CREATE EXTENSION IF NOT EXISTS hoplock');
-for my $f ("$here/plpgsql_lease.sql", "$here/cost.sql")
+for my $f ("$here/plpgsql_lease.sql", "$here/plpgsql_lease_logged.sql", "$here/cost.sql")
 {
 	open my $fh, '<', $f or die "$f: $!";
 	local $/;
@@ -111,9 +111,10 @@ my %results;    # for the summary and the plot
 # ---------------------------------------------------------------------------
 sub reset_state
 {
-	$db->do('TRUNCATE hoplock_internal.lease, plpg.lease');
+	$db->do('TRUNCATE hoplock_internal.lease, plpg.lease, plpg_log.lease, plpg_log.history');
 	$db->do("CALL setup_hoplock($size{nsetup})");
 	$db->do("CALL setup_plpg($size{nsetup})");
+	$db->do("CALL setup_plpg_log($size{nsetup})");
 	usleep(20_000);    # let the 1 ms terms lapse
 }
 
@@ -167,12 +168,14 @@ say('(schedstat), net of an empty loop of COMMITs; WAL is bytes inserted per cal
 	  . 'fsync = off: the CPU a call costs, not the disk\'s.');
 say('');
 set_config('hoplock.databases', 'no_database_here');    # keep the worker out of the lapsed terms
-my @ops = qw(hoplock_acquire plpg_acquire hoplock_renew plpg_renew hoplock_release plpg_release
-  hoplock_fence plpg_fence hoplock_holder plpg_holder update advisory);
+my @ops = qw(hoplock_acquire plpg_acquire plpg_log_acquire hoplock_renew plpg_renew hoplock_release
+  plpg_release plpg_log_release hoplock_fence plpg_fence hoplock_holder plpg_holder update advisory);
 my ($cpu, $wal) = cost_section($size{n}, $size{nsetup}, @ops);
 my %label = (
 	hoplock_acquire => 'hoplock_acquire (new term over a lapsed one, with its events)',
 	plpg_acquire => 'PL/pgSQL acquire (same)',
+	plpg_log_acquire => 'PL/pgSQL acquire, its events and the ended term written as rows (the writes of 1.2\'s acquire)',
+	plpg_log_release => 'PL/pgSQL release, its event and the ended term written as rows (the same)',
 	hoplock_renew => 'hoplock_renew',
 	plpg_renew => 'PL/pgSQL renew',
 	hoplock_release => 'hoplock_release (with its event)',
@@ -195,6 +198,8 @@ my %ratio = (
 	'renew vs bare UPDATE' => [ 'hoplock_renew', 'update', 1.0, 'a11' ],
 	'acquire vs PL/pgSQL acquire' => [ 'hoplock_acquire', 'plpg_acquire', 0.5, 'a12' ],
 	'release vs PL/pgSQL release' => [ 'hoplock_release', 'plpg_release', undef ],
+	'acquire vs PL/pgSQL acquire writing rows as 1.2 does' => [ 'hoplock_acquire', 'plpg_log_acquire', undef ],
+	'release vs PL/pgSQL release writing rows as 1.2 does' => [ 'hoplock_release', 'plpg_log_release', undef ],
 	'fence vs PL/pgSQL fence' => [ 'hoplock_fence', 'plpg_fence', undef ],
 	'holder vs PL/pgSQL holder' => [ 'hoplock_holder', 'plpg_holder', undef ]);
 say('| ratio of medians | measured | target |');

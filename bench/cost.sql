@@ -125,6 +125,23 @@ BEGIN
     END LOOP;
 END $$;
 
+-- the same, writing events and history as rows (bench/plpgsql_lease_logged.sql)
+CREATE PROCEDURE cost_plpg_log_acquire(n int) LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1..n LOOP
+        PERFORM plpg_log.acquire('lapsed-' || i, 'taker', '1 h');
+        COMMIT;
+    END LOOP;
+END $$;
+
+CREATE PROCEDURE cost_plpg_log_release(n int) LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1..n LOOP
+        PERFORM plpg_log.release('held-' || i, 'holder');
+        COMMIT;
+    END LOOP;
+END $$;
+
 -- set-up: n lapsed terms to take over, n held ones to release
 CREATE PROCEDURE setup_hoplock(n int) LANGUAGE plpgsql AS $$
 BEGIN
@@ -146,6 +163,16 @@ BEGIN
         IF i % 500 = 0 THEN COMMIT; END IF;
     END LOOP;
     PERFORM plpg.acquire('held', 'holder', '1 h');
+    COMMIT;
+END $$;
+
+CREATE PROCEDURE setup_plpg_log(n int) LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1..n LOOP
+        PERFORM plpg_log.acquire('lapsed-' || i, 'old', '1 ms');
+        PERFORM plpg_log.acquire('held-' || i, 'holder', '1 h');
+        IF i % 500 = 0 THEN COMMIT; END IF;
+    END LOOP;
     COMMIT;
 END $$;
 
