@@ -25,6 +25,7 @@
 
 #include "eventlog.h"
 #include "executor_compat.h"
+#include "expiries.h"
 #include "storage.h"
 
 #include "access/genam.h"
@@ -349,6 +350,8 @@ hl_eventlog_prune(int64 through, TimestampTz older_than, int limit,
  */
 static int	expiries_after_known = -1;
 static int64 expiries_after_seen = 0;
+static uint64 expiries_after_untrusted = 0; /* hl_expiries_untrusted_count()
+											 * when it was read */
 static Oid	delivery_relid = InvalidOid;
 static bool delivery_callback = false;
 
@@ -400,6 +403,12 @@ hl_eventlog_expiry_pending(text *name, int64 generation)
 	ExpiredSearch s;
 	Snapshot	latest;
 
+	/*
+	 * A mark set since it was read must be seen: one is set only by a
+	 * worker whose set is trusted, and no longer trusted since.
+	 */
+	if (expiries_after_untrusted != hl_expiries_untrusted_count())
+		expiries_after_known = -1;
 	if (expiries_after_known == 0)
 		return false;
 	latest = RegisterSnapshot(GetLatestSnapshot());
@@ -413,6 +422,8 @@ hl_eventlog_expiry_pending(text *name, int64 generation)
 			CacheRegisterRelcacheCallback(delivery_invalidate, (Datum) 0);
 			delivery_callback = true;
 		}
+		expiries_after_untrusted = hl_expiries_untrusted_count();
+		pg_memory_barrier();
 		(void) hl_open(HL_REL_DELIVERY, AccessShareLock, true, &rel);
 		delivery_relid = RelationGetRelid(rel.heap);
 		hl_close(&rel, false);

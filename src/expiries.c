@@ -77,6 +77,8 @@ typedef struct ExpiryShared
 	pg_atomic_uint32 entries;	/* in the table, all databases */
 	pg_atomic_uint64 sql_writes;	/* statements that wrote hoplock's
 									 * tables (dbhooks.c), all databases */
+	pg_atomic_uint64 untrusted; /* times a database's set stopped being
+								 * trusted (hl_expiries_set_trusted) */
 } ExpiryShared;
 
 static ExpiryShared *shared = NULL;
@@ -124,6 +126,7 @@ expiries_shmem_startup(void)
 		shared->lock = &GetNamedLWLockTranche(EXPIRIES_TRANCHE)[0].lock;
 		pg_atomic_init_u32(&shared->entries, 0);
 		pg_atomic_init_u64(&shared->sql_writes, 0);
+		pg_atomic_init_u64(&shared->untrusted, 0);
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(ExpiryKey);
@@ -163,10 +166,11 @@ make_key(ExpiryKey *key, const char *name, int len)
 /*
  * A writer of the lease row of "name", whose term is "generation", holding
  * the row's lock: what the set says of that term (see the file header).
- * Touches a WATCHED entry.
+ * With "touch", marks a WATCHED entry touched (only a writer holding the
+ * row's lock may: the worker's read of the row relies on it).
  */
 HlExpiryState
-hl_expiries_check(text *name, int64 generation)
+hl_expiries_check(text *name, int64 generation, bool touch)
 {
 	ExpiryKey	key;
 	ExpiryEntry *e;
@@ -186,7 +190,8 @@ hl_expiries_check(text *name, int64 generation)
 	{
 		if (e->state == HL_EXPIRY_WATCHED)
 		{
-			pg_atomic_write_u32(&e->touched, 1);
+			if (touch)
+				pg_atomic_write_u32(&e->touched, 1);
 			state = HL_EXPIRY_WATCHED;
 		}
 		else if (e->generation == generation)
@@ -303,43 +308,6 @@ hl_expiries_announced(char **names, const int *lens, int n)
 	LWLockRelease(shared->lock);
 }
 
-/*
- * The worker, after a restart: the events of these terms were found
- * committed by a batch whose rows may not all be written.  added[i] says
- * which entries are in (not beyond the room left); returns how many are.
- */
-int
-hl_expiries_add_announced(char **names, const int *lens,
-						  const int64 *generations, int n, bool *added)
-{
-	int			count = 0;
-
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < n; i++)
-	{
-		ExpiryKey	key;
-		ExpiryEntry *e;
-		bool		found;
-
-		added[i] = false;
-		make_key(&key, names[i], lens[i]);
-		e = hash_search(table, &key, HASH_ENTER_NULL, &found);
-		if (e == NULL)
-			continue;
-		if (!found)
-		{
-			pg_atomic_init_u32(&e->touched, 0);
-			pg_atomic_fetch_add_u32(&shared->entries, 1);
-		}
-		count++;
-		e->generation = generations[i];
-		e->state = HL_EXPIRY_ANNOUNCED;
-		added[i] = true;
-	}
-	LWLockRelease(shared->lock);
-	return count;
-}
-
 /* The worker: these names' rows are written (or their batch failed) */
 void
 hl_expiries_forget(char **names, const int *lens, int n)
@@ -412,6 +380,20 @@ hl_expiries_set_trusted(bool trusted)
 
 	if (slot != NULL)
 		pg_atomic_write_u32(&slot->expiries_trusted, trusted ? 1 : 0);
+	if (!trusted && shared != NULL)
+		pg_atomic_fetch_add_u64(&shared->untrusted, 1);
+}
+
+/*
+ * How many times a set stopped being trusted, in any database: what a
+ * backend remembers of the delivery row's mark is good while this stays
+ * (hl_eventlog_expiry_pending).  A database no worker serves never had
+ * a set to trust.
+ */
+uint64
+hl_expiries_untrusted_count(void)
+{
+	return shared == NULL ? 0 : pg_atomic_read_u64(&shared->untrusted);
 }
 
 /*

@@ -30,7 +30,8 @@ typedef enum HlExpiryState
 extern void hl_expiries_shmem_init(void);
 
 /* every writer of a lease row, holding the row's lock */
-extern HlExpiryState hl_expiries_check(text *name, int64 generation);
+extern HlExpiryState hl_expiries_check(text *name, int64 generation,
+										bool touch);
 
 /* the worker of this database */
 extern int	hl_expiries_watch(char **names, const int *lens, int n,
@@ -38,13 +39,11 @@ extern int	hl_expiries_watch(char **names, const int *lens, int n,
 extern void hl_expiries_flip(char **names, const int *lens,
 							 const int64 *generations, int n, bool *kept);
 extern void hl_expiries_announced(char **names, const int *lens, int n);
-extern int	hl_expiries_add_announced(char **names, const int *lens,
-									  const int64 *generations, int n,
-									  bool *added);
 extern void hl_expiries_forget(char **names, const int *lens, int n);
 extern void hl_expiries_forget_all(void);
 extern bool hl_expiries_trusted(void);
 extern void hl_expiries_set_trusted(bool trusted);
+extern uint64 hl_expiries_untrusted_count(void);
 extern void hl_expiries_note_sql_write(void);
 extern uint64 hl_expiries_sql_writes(void);
 

@@ -120,6 +120,16 @@ static bool expiry_recorded = false;
 static bool expiry_decided_held = false;
 static int64 expiry_lapsed_generation = 0;
 
+/*
+ * Was the set trusted when check_expiries() looked (before it looked, so
+ * that a set the worker filled and trusted meanwhile is not taken for an
+ * empty one)?  If not, announce_end() asks the event log.
+ */
+static bool expiry_set_trusted = false;
+
+/* How long a writer waits for a batch's events to commit, at most */
+#define ANNOUNCING_WAIT_MS	200
+
 static bool
 handle_matches(const Lease *lease, text *handle)
 {
@@ -516,8 +526,8 @@ announce_end(const LeaseRequest *req, const Lease *cur, TimestampTz now,
 	else if (cur->state == LEASE_STATE_HELD)
 	{
 		/* a mass expiry recorded its event already (massexpiry.c) */
-		if (expiry_recorded ||
-			(!hl_expiries_trusted() &&
+		if (expiry_recorded || req->expired_recorded == cur->generation ||
+			(!expiry_set_trusted &&
 			 hl_eventlog_expiry_pending(cur->name, cur->generation)))
 		{
 			hl_history_end(cur, cur->expires_at, "expired");
@@ -1107,8 +1117,24 @@ static TM_Result
 check_expiries(void *arg)
 {
 	const Lease *cur = (const Lease *) arg;
-	HlExpiryState state = hl_expiries_check(cur->name, cur->generation);
+	HlExpiryState state;
 
+	expiry_set_trusted = hl_expiries_trusted();
+	state = hl_expiries_check(cur->name, cur->generation, true);
+
+	/*
+	 * Its events are committing: wait for that (it needs no row, so no
+	 * lock this call holds), rather than keep the row's lock with
+	 * nothing written.  Rarely here: write_row() looked before it locked.
+	 */
+	for (int ms = 0; state == HL_EXPIRY_ANNOUNCING && ms < ANNOUNCING_WAIT_MS; ms++)
+	{
+		pgstat_report_wait_start(PG_WAIT_EXTENSION);
+		pg_usleep(1000L);
+		pgstat_report_wait_end();
+		CHECK_FOR_INTERRUPTS();
+		state = hl_expiries_check(cur->name, cur->generation, false);
+	}
 	if (state != HL_EXPIRY_ANNOUNCING && state != HL_EXPIRY_ANNOUNCED)
 		return TM_Ok;
 
@@ -1152,6 +1178,20 @@ write_row(CasState *st, LeaseAction action, LeaseVersion *cur,
 		cur->lease.owner_roleid != written->owner_roleid &&
 		check_names_per_role(&st->rel, written->owner_roleid))
 		st->role_locks = lappend_oid(st->role_locks, written->owner_roleid);
+
+	/*
+	 * A term whose "expired" a mass expiry is committing right now: no
+	 * lock taken, contention (an acquire polls).  check_expiries() looks
+	 * again once the row is locked, for what may have begun since.
+	 */
+	if (hl_expiries_check(cur->lease.name, cur->lease.generation, false) ==
+		HL_EXPIRY_ANNOUNCING)
+	{
+		if (!expiry_decided_held)
+			return TM_BeingModified;
+		expiry_lapsed_generation = cur->lease.generation;
+		return TM_Updated;
+	}
 	return hl_store_update_checked(&st->rel, &cur->tid, written,
 								   check_expiries, &cur->lease);
 }
@@ -1368,6 +1408,7 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	HlCandidatePick pick = {0};
 
 	expiry_recorded = false;
+	expiry_set_trusted = hl_expiries_trusted();
 
 	/*
 	 * The version stays pinned until we are done with it.  Just after the

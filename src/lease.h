@@ -75,6 +75,10 @@ typedef struct LeaseRequest
 									 * on only if the row is that term,
 									 * running, not being changed; else
 									 * LEASE_REFUSED, nothing counted */
+	int64		expired_recorded;	/* expire: the event log holds the
+									 * "expired" of this generation (a
+									 * mass expiry a restart cut short):
+									 * record none */
 } LeaseRequest;
 
 typedef enum LeaseOutcome

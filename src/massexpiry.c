@@ -40,14 +40,22 @@
  *		event.  An entry goes once its row is written (or was taken over:
  *		a writer that finds an entry ANNOUNCED takes the term over without
  *		an "expired" of its own); the transaction that writes the last
- *		clears expiries_after.  No batch begins while one is catching up.
+ *		clears expiries_after.  A row found being changed is looked at
+ *		again 10 ms later, then twice as late each time up to a second.
+ *		No batch begins while one is catching up: meanwhile lapses go the
+ *		usual way, term by term.
  *
  *		The set is lost with shared memory, and given up by a worker that
  *		exits.  Until this database's worker has looked at expiries_after
  *		since, writers ask the event log instead (lease.c), and the worker
- *		begins no batch: its first round puts the terms of the events above
- *		expiries_after back in the set, ANNOUNCED, and catches them up.
- *
+ *		begins no batch.  Its first rounds read the events above the mark,
+ *		a chunk a round, and write the row of each "expired" one the usual
+ *		way, the compare-and-swap told that the log holds the event of that
+ *		generation (no second one); they move the mark up as they go, never
+ *		past a row found being changed (looked at again as above), and
+ *		clear it once past the newest event there was when they began.
+ *		Then the set is trusted.
+
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -84,16 +92,52 @@ typedef enum MassTermState
 } MassTermState;
 
 static MassPhase phase = MASS_IDLE;
-static bool recovered = false;	/* the first round's look is done */
 static MemoryContext mass_context = NULL;
 static char **batch_names = NULL;
 static int *batch_lens = NULL;
 static MassTermState *batch_state = NULL;
 static Lease *batch_terms = NULL;	/* while WATCHING: each row as read */
+static TimestampTz *batch_next_try = NULL;	/* catching up: a row found
+											 * being changed, looked at
+											 * again then */
+static int *batch_tries = NULL;
 static TimestampTz batch_due = 0;	/* ... and the latest expiry */
 static uint64 sql_writes_seen = 0;	/* hl_expiries_sql_writes() then */
+
+/* A term the recovery found being changed, looked at again later */
+typedef struct Leftover
+{
+	char	   *name;
+	int			len;
+	int64		generation;
+	int64		seq;
+	TimestampTz next_try;
+	int			tries;
+} Leftover;
+
+static bool recovering = false;	/* from the start until the mark is gone */
+static bool recovery_begun = false; /* the mark read */
+static bool recovery_done = false;	/* this transaction cleared the mark */
+static int64 recovery_after = 0;	/* the events above it are still to read */
+static int64 recovery_until = 0;	/* the newest event when it began */
+static TimestampTz recovery_next_try = DT_NOEND;
+static MemoryContext recovery_context = NULL;
+static Leftover *leftovers = NULL;
+static int	nleftovers = 0;
+static int	maxleftovers = 0;
 static int	batch_size = 0;
 static int	batch_left = 0;
+
+static void
+recovery_reset(void)
+{
+	if (recovery_context != NULL)
+		MemoryContextReset(recovery_context);
+	leftovers = NULL;
+	nleftovers = maxleftovers = 0;
+	recovery_begun = recovery_done = false;
+	recovery_next_try = DT_NOEND;
+}
 
 static void
 batch_reset(void)
@@ -104,6 +148,8 @@ batch_reset(void)
 	batch_lens = NULL;
 	batch_state = NULL;
 	batch_terms = NULL;
+	batch_next_try = NULL;
+	batch_tries = NULL;
 	batch_size = batch_left = 0;
 	phase = MASS_IDLE;
 }
@@ -122,27 +168,16 @@ batch_alloc(int n)
 	batch_state = MemoryContextAllocZero(mass_context,
 										 n * sizeof(MassTermState));
 	batch_terms = MemoryContextAllocZero(mass_context, n * sizeof(Lease));
-}
-
-static void
-batch_add(const char *name, int len)
-{
-	char	   *copy = MemoryContextAlloc(mass_context, len + 1);
-
-	memcpy(copy, name, len);
-	copy[len] = '\0';
-	batch_names[batch_size] = copy;
-	batch_lens[batch_size] = len;
-	batch_state[batch_size] = TERM_PENDING;
-	batch_size++;
-	batch_left++;
+	batch_next_try = MemoryContextAllocZero(mass_context,
+											n * sizeof(TimestampTz));
+	batch_tries = MemoryContextAllocZero(mass_context, n * sizeof(int));
 }
 
 /* May a batch begin?  Not while one is under way, nor before the first look */
 bool
 hl_mass_busy(void)
 {
-	return phase != MASS_IDLE || !recovered || hl_shared == NULL;
+	return phase != MASS_IDLE || recovering || hl_shared == NULL;
 }
 
 /* How many names a batch may have now */
@@ -152,20 +187,39 @@ hl_mass_room(void)
 	return HL_EXPIRIES_MAX;
 }
 
-/* Set or clear the delivery row's expiries_after, in this transaction */
+/*
+ * Set, move or clear the delivery row's expiries_after, in this
+ * transaction.  Set: unless it is set already (a lower mark stands), to
+ * the greatest number sent, below every number taken from now on.  Moved
+ * (a recovery's progress): to "after", if that is above it.
+ */
 static void
-mark_delivery(bool set)
+mark_delivery(bool set, int64 after)
 {
 	HlDelivery	d;
 	Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
 
 	hl_delivery_read(latest, &d);
 	UnregisterSnapshot(latest);
-	if (set == d.has_expiries_after)
-		return;
+	if (set && after == 0)
+	{
+		if (d.has_expiries_after)
+			return;
+		d.expiries_after = d.delivered;
+	}
+	else if (set)
+	{
+		if (!d.has_expiries_after || after <= d.expiries_after)
+			return;
+		d.expiries_after = after;
+	}
+	else
+	{
+		if (!d.has_expiries_after)
+			return;
+		d.expiries_after = 0;
+	}
 	d.has_expiries_after = set;
-	/* numbers taken from now on are above the greatest one sent */
-	d.expiries_after = set ? d.delivered : 0;
 	if (!d.found)
 		d.delivered_at = GetCurrentTimestamp();
 	hl_delivery_write(&d);
@@ -200,6 +254,8 @@ hl_mass_watch(char **names, const int *lens, int n, TimestampTz until,
 			  bool *left_out)
 {
 	bool	   *watched = palloc(n * sizeof(bool));
+	bool	   *keep = palloc0(n * sizeof(bool));
+	int		   *at = palloc(n * sizeof(int));
 	HlRelation	rel;
 	SnapshotData dirty;
 	int			kept = 0;
@@ -207,24 +263,38 @@ hl_mass_watch(char **names, const int *lens, int n, TimestampTz until,
 	int		   *gone_lens = palloc(n * sizeof(int));
 	int			ngone = 0;
 
-	Assert(phase == MASS_IDLE && recovered);
+	Assert(phase == MASS_IDLE && !recovering);
 	for (int i = 0; i < n; i++)
 		left_out[i] = true;
 
-	/* 1: published before the rows are read */
-	sql_writes_seen = hl_expiries_sql_writes();
-	if (hl_expiries_watch(names, lens, n, watched) == 0)
-		return 0;
+	/*
+	 * 1: published before the rows are read.  The batch holds every name
+	 * published from here on, so that an error forgets them all
+	 * (hl_mass_aborted).
+	 */
 	batch_alloc(n);
 	batch_due = 0;
+	sql_writes_seen = hl_expiries_sql_writes();
+	if (hl_expiries_watch(names, lens, n, watched) == 0)
+	{
+		batch_reset();
+		return 0;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		if (!watched[i])
+			continue;
+		at[i] = batch_size;
+		batch_names[batch_size] = MemoryContextStrdup(mass_context, names[i]);
+		batch_lens[batch_size] = lens[i];
+		batch_state[batch_size] = TERM_PENDING;
+		batch_size++;
+	}
+	phase = MASS_WATCHING;
 
 	/* 2: the rows, each as its newest version says */
 	if (!hl_open(HL_REL_LEASE, RowExclusiveLock, false, &rel))
-	{
-		hl_expiries_forget(names, lens, n);
-		batch_reset();
 		hl_table_busy_error(HL_REL_LEASE);
-	}
 	InitDirtySnapshot(dirty);
 	for (int i = 0; i < n; i++)
 	{
@@ -247,32 +317,39 @@ hl_mass_watch(char **names, const int *lens, int n, TimestampTz until,
 			v.lease.handed_pid == 0 && v.lease.hold_until == 0 &&
 			v.lease.generation != 0 && v.lease.expires_at <= until)
 		{
-			batch_names[batch_size] = MemoryContextStrdup(mass_context, names[i]);
-			batch_lens[batch_size] = lens[i];
-			batch_state[batch_size] = TERM_PENDING;
-			keep_term(&batch_terms[batch_size], &v.lease);
+			keep_term(&batch_terms[at[i]], &v.lease);
 			batch_due = Max(batch_due, v.lease.expires_at);
-			batch_size++;
-			left_out[i] = false;
-			kept++;
-		}
-		else
-		{
-			gone_names[ngone] = names[i];
-			gone_lens[ngone] = lens[i];
-			ngone++;
+			keep[i] = true;
 		}
 		hl_version_release(&v);
 	}
 	hl_close(&rel, true);
-	batch_left = batch_size;
 
-	/* the rest are the usual way's */
+	/* the batch is what it keeps; the rest are the usual way's */
+	batch_size = 0;
+	for (int i = 0; i < n; i++)
+	{
+		if (!watched[i])
+			continue;
+		if (!keep[i])
+		{
+			gone_names[ngone] = names[i];
+			gone_lens[ngone] = lens[i];
+			ngone++;
+			continue;
+		}
+		batch_names[batch_size] = batch_names[at[i]];
+		batch_lens[batch_size] = batch_lens[at[i]];
+		batch_terms[batch_size] = batch_terms[at[i]];
+		batch_state[batch_size] = TERM_PENDING;
+		batch_size++;
+		left_out[i] = false;
+		kept++;
+	}
+	batch_left = batch_size;
 	hl_expiries_forget(gone_names, gone_lens, ngone);
 	if (kept == 0)
 		batch_reset();
-	else
-		phase = MASS_WATCHING;
 	return kept;
 }
 
@@ -349,7 +426,7 @@ hl_mass_record(HlMassLeftOut left_out, void *arg, int64 *lag)
 		return 0;
 	}
 	phase = MASS_RECORDING;
-	mark_delivery(true);
+	mark_delivery(true, 0);
 	hl_count_by(HL_COUNT_EXPIRIES, announced);
 	hl_commit_durably(true);
 	return announced;
@@ -397,42 +474,101 @@ hl_mass_aborted(void)
 			if (batch_state[i] == TERM_WRITTEN)
 				batch_state[i] = TERM_PENDING;
 	}
+
+	/* a recovery starts again from the mark as committed */
+	if (recovering)
+		recovery_reset();
+}
+
+/*
+ * When a row found being changed is looked at again: 10 ms, doubling up to
+ * a second (a transaction in flight, maybe one that holds it for long).
+ */
+static TimestampTz
+retry_after(TimestampTz now, int tries)
+{
+	return now + Min(10000L << Min(tries, 7), USECS_PER_SEC);
 }
 
 /*
  * The catch-up, in the worker's round transaction: up to "limit" names of
- * the batch looked at ("look" writes the row; false: being changed, look
- * again next round).  The transaction that writes the last clears
- * expiries_after.  Returns true if more is left for the next round.
+ * the batch whose time has come looked at ("look" writes the row; false:
+ * being changed, looked at again a little later).  The transaction that
+ * writes the last clears expiries_after.  Returns true if more is due
+ * right now; hl_mass_next_try() says when otherwise.
  */
 bool
 hl_mass_catch_up(int limit, HlMassLook look, void *arg)
 {
 	int			written = 0;
 	int			left = 0;
+	bool		due_now = false;
+	TimestampTz now = GetCurrentTimestamp();
 
 	if (phase != MASS_CATCHING_UP)
 		return false;
-	for (int i = 0; i < batch_size && written < limit; i++)
+	for (int i = 0; i < batch_size; i++)
 	{
 		if (batch_state[i] != TERM_PENDING)
 			continue;
+		if (batch_next_try[i] > now)
+		{
+			left++;
+			continue;
+		}
+		if (written >= limit)
+		{
+			left++;
+			due_now = true;
+			continue;
+		}
 		CHECK_FOR_INTERRUPTS();
-		if (look(batch_names[i], batch_lens[i], arg))
+		if (look(batch_names[i], batch_lens[i], 0, arg))
 		{
 			batch_state[i] = TERM_WRITTEN;
 			written++;
 		}
-	}
-	for (int i = 0; i < batch_size; i++)
-		if (batch_state[i] == TERM_PENDING)
+		else
+		{
+			batch_next_try[i] = retry_after(now, batch_tries[i]++);
 			left++;
+		}
+	}
 	if (left == 0)
-		mark_delivery(false);
-	return left > 0;
+		mark_delivery(false, 0);
+	return due_now;
 }
 
-/* The catch-up's transaction committed: the rows it wrote leave the set */
+/* When a batch catching up, or a recovery, looks again at a row */
+bool
+hl_mass_next_try(TimestampTz *when)
+{
+	bool		found = false;
+
+	*when = DT_NOEND;
+	if (phase == MASS_CATCHING_UP)
+	{
+		for (int i = 0; i < batch_size; i++)
+		{
+			if (batch_state[i] != TERM_PENDING)
+				continue;
+			*when = Min(*when, batch_next_try[i]);
+			found = true;
+		}
+	}
+	if (recovering && recovery_next_try != DT_NOEND)
+	{
+		*when = Min(*when, recovery_next_try);
+		found = true;
+	}
+	return found;
+}
+
+/*
+ * The worker's round transaction committed: the rows a catch-up wrote
+ * leave the set; a recovery that cleared the mark is done, and the set is
+ * trusted.
+ */
 void
 hl_mass_caught_up(void)
 {
@@ -440,6 +576,12 @@ hl_mass_caught_up(void)
 	char	  **names;
 	int		   *lens;
 
+	if (recovering && recovery_done)
+	{
+		recovery_reset();
+		recovering = false;
+		hl_expiries_set_trusted(true);
+	}
 	if (phase != MASS_CATCHING_UP)
 		return;
 	names = palloc(batch_size * sizeof(char *));
@@ -461,6 +603,17 @@ hl_mass_caught_up(void)
 		batch_reset();
 }
 
+/*
+ * The recovery (file header): the events above the mark, read in chunks,
+ * each "expired" one's row written the usual way with no second event;
+ * the rows found being changed looked at again a little later, the mark
+ * moved up to just below the first of them.
+ */
+#define RECOVERY_CHUNK		512
+
+
+
+
 /* The worker starts: what shared memory says of this database is its own */
 void
 hl_mass_start(void)
@@ -468,105 +621,146 @@ hl_mass_start(void)
 	hl_expiries_forget_all();
 	hl_expiries_set_trusted(false);
 	batch_reset();
-	recovered = false;
+	if (recovery_context == NULL)
+		recovery_context = AllocSetContextCreate(TopMemoryContext,
+												 "hoplock mass expiry recovery",
+												 ALLOCSET_DEFAULT_SIZES);
+	recovery_reset();
+	recovering = true;
 }
 
-/* The collector of hl_mass_recover() */
-typedef struct Pending
+/* The collector of a recovery's chunk */
+typedef struct Chunk
 {
 	int			n;
-	int			max;
-	char	  **names;
-	int		   *lens;
-	int64	   *generations;
-	bool		overflow;
-} Pending;
+	int			visited;
+	int64		last;
+	Leftover	terms[RECOVERY_CHUNK];
+} Chunk;
 
 static bool
 collect_expired(const HlLoggedEvent *e, void *arg)
 {
-	Pending    *p = (Pending *) arg;
+	Chunk	   *c = (Chunk *) arg;
 
-	if (VARSIZE_ANY_EXHDR(e->event) != 7 ||
-		memcmp(VARDATA_ANY(e->event), "expired", 7) != 0)
-		return true;
-	if (p->n == p->max)
+	c->visited++;
+	c->last = e->seq;
+	if (VARSIZE_ANY_EXHDR(e->event) == 7 &&
+		memcmp(VARDATA_ANY(e->event), "expired", 7) == 0)
 	{
-		p->overflow = true;
-		return false;
+		Leftover   *t = &c->terms[c->n++];
+
+		t->name = text_to_cstring(e->name);
+		t->len = VARSIZE_ANY_EXHDR(e->name);
+		t->generation = e->generation;
+		t->seq = e->seq;
 	}
-	p->names[p->n] = text_to_cstring(e->name);
-	p->lens[p->n] = VARSIZE_ANY_EXHDR(e->name);
-	p->generations[p->n] = e->generation;
-	p->n++;
-	return true;
+	return c->n < RECOVERY_CHUNK && c->visited < 8 * RECOVERY_CHUNK;
+}
+
+static void
+add_leftover(const Leftover *t, TimestampTz now)
+{
+	Leftover   *l;
+
+	if (nleftovers == maxleftovers)
+	{
+		maxleftovers = Max(16, maxleftovers * 2);
+		leftovers = leftovers == NULL ?
+			MemoryContextAlloc(recovery_context, maxleftovers * sizeof(Leftover)) :
+			repalloc(leftovers, maxleftovers * sizeof(Leftover));
+	}
+	l = &leftovers[nleftovers++];
+	*l = *t;
+	l->name = MemoryContextStrdup(recovery_context, t->name);
+	l->tries = 1;
+	l->next_try = retry_after(now, 0);
 }
 
 /*
- * The worker's first round, in its transaction: if the delivery row says a
- * batch may have left rows unwritten (a restart, a worker that exited),
- * its terms go back in the set, ANNOUNCED, and are caught up; then the set
- * says it all.  Until this is done, writers ask the event log.
+ * The worker's rounds after it starts, in their transactions, until the
+ * mark is gone (file header): with no mark, the set is trusted at once;
+ * otherwise a chunk of the events above it, and the rows found being
+ * changed before, whose time has come.  Returns true if more is due right
+ * now.  Until it is done, writers ask the event log, and no batch begins.
  */
-void
-hl_mass_recover(void)
+bool
+hl_mass_recover(HlMassLook look, void *arg)
 {
-	HlDelivery	d;
-	Snapshot	latest;
-	Pending		p = {0};
-	bool	   *added;
+	TimestampTz now;
+	int64		lowest_left = PG_INT64_MAX;
+	int			kept = 0;
 
-	if (recovered || hl_shared == NULL)
-		return;
-	latest = RegisterSnapshot(GetLatestSnapshot());
-	hl_delivery_read(latest, &d);
-	if (!d.has_expiries_after)
+	if (!recovering || hl_shared == NULL)
+		return false;
+	if (!recovery_begun)
 	{
+		HlDelivery	d;
+		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
+
+		hl_delivery_read(latest, &d);
+		if (d.has_expiries_after)
+			(void) hl_eventlog_newest(PG_INT64_MAX, latest, true,
+									  &recovery_until);
 		UnregisterSnapshot(latest);
-		hl_expiries_set_trusted(true);
-		recovered = true;
-		return;
+		if (!d.has_expiries_after)
+		{
+			/* nothing was cut short: the set (empty) says it all */
+			hl_expiries_set_trusted(true);
+			recovering = false;
+			return false;
+		}
+		recovery_after = d.expiries_after;
+		recovery_begun = true;
 	}
-	p.max = HL_EXPIRIES_MAX;
-	p.names = palloc(p.max * sizeof(char *));
-	p.lens = palloc(p.max * sizeof(int));
-	p.generations = palloc(p.max * sizeof(int64));
-	(void) hl_eventlog_scan(d.expiries_after, PG_INT64_MAX, latest,
-							collect_expired, &p);
-	UnregisterSnapshot(latest);
 
-	added = palloc(Max(p.n, 1) * sizeof(bool));
-	if (!p.overflow &&
-		hl_expiries_add_announced(p.names, p.lens, p.generations, p.n,
-								  added) == p.n)
+	now = GetCurrentTimestamp();
+	recovery_next_try = DT_NOEND;
+	for (int i = 0; i < nleftovers; i++)
 	{
-		batch_alloc(Max(p.n, 1));
-		for (int i = 0; i < p.n; i++)
-			batch_add(p.names[i], p.lens[i]);
-		phase = MASS_CATCHING_UP;
-		hl_expiries_set_trusted(true);
-		recovered = true;
-		/* nothing to write: the first catch-up clears the mark at once */
-		return;
-	}
+		Leftover   *l = &leftovers[i];
 
-	/*
-	 * No room (other databases' batches, or more than a batch's worth
-	 * above the mark): the writers go on asking the event log, and the
-	 * next round tries again.
-	 */
+		if (l->next_try <= now && look(l->name, l->len, l->generation, arg))
+			continue;
+		if (l->next_try <= now)
+			l->next_try = retry_after(now, l->tries++);
+		recovery_next_try = Min(recovery_next_try, l->next_try);
+		lowest_left = Min(lowest_left, l->seq);
+		leftovers[kept++] = *l;
+	}
+	nleftovers = kept;
+
+	if (recovery_after < recovery_until)
 	{
-		int			n = 0;
+		Chunk	   *c = palloc0(sizeof(Chunk));
+		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
 
-		for (int i = 0; i < p.n; i++)
-			if (added[i])
-			{
-				p.names[n] = p.names[i];
-				p.lens[n] = p.lens[i];
-				n++;
-			}
-		hl_expiries_forget(p.names, p.lens, n);
+		(void) hl_eventlog_scan(recovery_after, recovery_until, latest,
+								collect_expired, c);
+		UnregisterSnapshot(latest);
+		for (int i = 0; i < c->n; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (look(c->terms[i].name, c->terms[i].len,
+					 c->terms[i].generation, arg))
+				continue;
+			add_leftover(&c->terms[i], now);
+			recovery_next_try = Min(recovery_next_try,
+									leftovers[nleftovers - 1].next_try);
+			lowest_left = Min(lowest_left, c->terms[i].seq);
+		}
+		recovery_after = c->visited == 0 ? recovery_until : c->last;
 	}
+
+	/* the mark: below the first row still to write, or gone */
+	if (recovery_after >= recovery_until && nleftovers == 0)
+	{
+		mark_delivery(false, 0);
+		recovery_done = true;
+	}
+	else
+		mark_delivery(true, Min(recovery_after, lowest_left - 1));
+	return recovery_after < recovery_until;
 }
 
 /* The worker exits: its entries go, and writers ask the event log */

@@ -21,8 +21,12 @@
 /* A batch's rows are read this long before its first expiry */
 #define HL_MASS_EXPIRY_AHEAD	100000
 
-/* The worker's look at one name (worker.c's look_at): false to look again */
-typedef bool (*HlMassLook) (const char *name, int namelen, void *arg);
+/*
+ * The worker's look at one name (worker.c's look_at): false to look again.
+ * "recorded": the generation whose "expired" the event log holds, or 0.
+ */
+typedef bool (*HlMassLook) (const char *name, int namelen, int64 recorded,
+							void *arg);
 
 extern bool hl_mass_busy(void);
 extern int	hl_mass_room(void);
@@ -38,7 +42,8 @@ extern void hl_mass_aborted(void);
 extern bool hl_mass_catch_up(int limit, HlMassLook look, void *arg);
 extern void hl_mass_caught_up(void);
 extern void hl_mass_start(void);
-extern void hl_mass_recover(void);
+extern bool hl_mass_recover(HlMassLook look, void *arg);
+extern bool hl_mass_next_try(TimestampTz *when);
 extern void hl_mass_exit(void);
 
 #endif							/* HOPLOCK_MASSEXPIRY_H */

@@ -992,7 +992,8 @@ watch_fence(const char *name, int namelen, text *tname, const Lease *lease,
 
 /* Announce one lease if its term lapsed; otherwise schedule it again. */
 static LeaseOutcome
-look_at(const char *name, int namelen, int64 *announced, int64 *lag)
+look_at(const char *name, int namelen, int64 recorded, int64 *announced,
+		int64 *lag)
 {
 	LeaseRequest req = {0};
 	Lease		result;
@@ -1004,6 +1005,7 @@ look_at(const char *name, int namelen, int64 *announced, int64 *lag)
 	req.fn = "hoplock worker";
 	req.name = cstring_to_text_with_len(name, namelen);
 	req.busy_is_contention = true;
+	req.expired_recorded = recorded;
 	outcome = hl_lease_cas(&req, &result, &found);
 	now = GetCurrentTimestamp();
 
@@ -1129,7 +1131,7 @@ look_at_orphans(int64 id, const char *key, int keylen, int room,
 	for (int i = 0; i < a.n; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
-		(void) look_at(a.names[i], a.lens[i], announced, lag);
+		(void) look_at(a.names[i], a.lens[i], 0, announced, lag);
 	}
 	return Max(a.n, 1);
 }
@@ -1210,7 +1212,7 @@ look_at_keepalive(int64 id, const char *key, int keylen, int room, int sure,
 			more = true;
 			break;
 		}
-		if (look_at(a.names[i], a.lens[i], announced, lag) ==
+		if (look_at(a.names[i], a.lens[i], 0, announced, lag) ==
 			LEASE_CONTENDED)
 			left++;
 	}
@@ -1353,14 +1355,17 @@ may_keep_house(void)
 	return now - due_left_since >= HOUSEKEEPING_DEFER_US;
 }
 
-/* A name of a mass expiry's batch: its row written the usual way */
+/*
+ * A name of a mass expiry's batch, or of one a restart cut short: its row
+ * written the usual way (with no event: the batch's is in the log)
+ */
 static bool
-catch_up_look(const char *name, int namelen, void *arg)
+catch_up_look(const char *name, int namelen, int64 recorded, void *arg)
 {
 	int64		ignored = 0;
 	int64		lag = -1;
 
-	return look_at(name, namelen, &ignored, &lag) != LEASE_CONTENDED;
+	return look_at(name, namelen, recorded, &ignored, &lag) != LEASE_CONTENDED;
 }
 
 /* A name a batch leaves to the usual way: due now */
@@ -1524,7 +1529,7 @@ announce_round(int64 *announced, int64 *lag, TimestampTz *next_session)
 								   stop_at, announced, lag);
 		else
 		{
-			(void) look_at(name, namelen, announced, lag);
+			(void) look_at(name, namelen, 0, announced, lag);
 			n++;
 		}
 	}
@@ -1621,8 +1626,8 @@ run_round(bool *gone, TimestampTz *next_session)
 			table_busy = true;
 		else
 		{
-			hl_mass_recover();
-			more = announce_round(&announced, &lag, next_session);
+			more = hl_mass_recover(catch_up_look, NULL);
+			more = announce_round(&announced, &lag, next_session) || more;
 		}
 	}
 
@@ -1714,6 +1719,9 @@ sleep_until_due(TimestampTz next_session)
 			wake = Min(wake, due);
 		else if (mass_expiry_coming(&first))
 			wake = Min(wake, first - HL_MASS_EXPIRY_AHEAD);
+		/* ... and the rows found being changed looked at again */
+		if (hl_mass_next_try(&due))
+			wake = Min(wake, due);
 		wake = Min(wake, hl_schedule_horizon(schedule));
 		if (pass_asked)
 			wake = Min(wake, pass_not_before);
