@@ -163,5 +163,64 @@ $waiter->quit;
 is(q1(qq{SELECT string_agg(event || ' ' || owner, ', ' ORDER BY seq) FROM hoplock_events($from) WHERE name = 'next-7'}),
 	'acquired o, expired o, acquired w', 'its events: the lapsed term, its expiry once, the waiter\'s term');
 
+# --- a row of a batch held by a transaction in flight --------------------------
+# Another owner takes over a name of a batch, in a transaction it leaves
+# open, before the worker wrote the row: the worker looks at that row
+# again now and then, and does not spin meanwhile.  Once the takeover
+# commits, the batch is done.
+$from = q1('SELECT hoplock_position()');
+is(q1(qq{SELECT count(hoplock_acquire('held-' || i, 'o', t.at - clock_timestamp()))
+           FROM (SELECT statement_timestamp() + interval '2 s' AS at) AS t,
+                generate_series(1, 2000) AS i}),
+	'2000', '2,000 more names lapsing at one instant');
+$pid = worker_pid();
+$watcher = $node->background_psql('postgres');
+$watcher->query_safe(q{
+	DO $$
+	BEGIN
+		WHILE NOT EXISTS (SELECT FROM hoplock_internal.event
+		                   WHERE event = 'expired' AND name LIKE 'held-%') LOOP
+			PERFORM pg_sleep(0.0005);
+		END LOOP;
+	END $$});
+kill 'STOP', $pid;
+$watcher->quit;
+my $taker = $node->background_psql('postgres');
+$taker->query_safe('BEGIN');
+my $taken = $taker->query_safe(q{
+	SELECT l.name FROM hoplock_internal.lease AS l
+	 WHERE l.name LIKE 'held-%' AND l.state = 'h' AND l.owner = 'o'
+	 ORDER BY l.name DESC LIMIT 1});
+is($taker->query_safe(qq{SELECT (hoplock_acquire('$taken', 'p', '10 min')).owner}),
+	'p', 'another owner takes over a name of the batch, its row not written yet');
+kill 'CONT', $pid;
+sub cpu_ms
+{
+	open my $f, '<', "/proc/$_[0]/schedstat" or return 0;
+	my ($ns) = split ' ', scalar <$f>;
+	return $ns / 1e6;
+}
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 1 FROM hoplock_internal.lease
+	   WHERE name LIKE 'held-%' AND state = 'h' AND owner = 'o'})
+  or die 'the batch did not write the other rows';
+my $cpu0 = cpu_ms($pid);
+usleep(2_000_000);
+my $spent = cpu_ms($pid) - $cpu0;
+diag(sprintf('worker CPU over 2 s with a row of its batch held: %.0f ms', $spent));
+cmp_ok($spent, '<', 400, 'the worker does not spin on a row held by a transaction in flight');
+is(q1(q{SELECT expiries_after IS NOT NULL FROM hoplock_internal.delivery}), 't',
+	'the batch is not done while that row is held');
+$taker->query_safe('COMMIT');
+$taker->quit;
+$node->poll_query_until('postgres',
+	q{SELECT expiries_after IS NULL FROM hoplock_internal.delivery})
+  or die 'the batch was not done after the takeover committed';
+pass('once the takeover commits, the batch is done');
+is(expired_per_term('held', $from), '2000|2000', 'one expired event per term');
+is(q1(qq{SELECT string_agg(event || ' ' || owner, ', ' ORDER BY seq) FROM hoplock_events($from)
+          WHERE name = '$taken'}),
+	'acquired o, expired o, acquired p', 'the name taken over: its expiry once, then its new term');
+
 $node->stop;
 done_testing();
