@@ -47,6 +47,7 @@
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
+#include "utils/timestamp.h"
 
 /*
  * A name is known by 64 bits of a hash keyed with the server's secret, so
@@ -345,16 +346,26 @@ hl_expiries_forget_all(void)
 	LWLockRelease(shared->lock);
 }
 
-/* This database's slot, NULL if it has none (no worker serves it) */
+/*
+ * This database's slot, NULL if it has none (no worker serves it).  That
+ * it has none is believed for a second: every write of a lease row asks,
+ * and finding none takes the lock of the slots.  (Not trusting a set is
+ * never wrong, only slower.)
+ */
 static HlDbSlot *
 this_db_slot(void)
 {
 	static HlDbSlot *cached = NULL;
+	static TimestampTz none_until = 0;
 
 	if (hl_shared == NULL)
 		return NULL;
-	if (cached == NULL || cached->dboid != MyDatabaseId)
-		cached = hl_slot_for(MyDatabaseId);
+	if (cached != NULL && cached->dboid == MyDatabaseId)
+		return cached;
+	if (cached == NULL && none_until != 0 && GetCurrentTimestamp() < none_until)
+		return NULL;
+	cached = hl_slot_for(MyDatabaseId);
+	none_until = cached == NULL ? GetCurrentTimestamp() + USECS_PER_SEC : 0;
 	return cached;
 }
 

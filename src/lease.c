@@ -1408,7 +1408,7 @@ cas_attempt(const LeaseRequest *req, CasState *st, Lease *result, bool *found)
 	HlCandidatePick pick = {0};
 
 	expiry_recorded = false;
-	expiry_set_trusted = hl_expiries_trusted();
+	expiry_set_trusted = false; /* (check_expiries reads it) */
 
 	/*
 	 * The version stays pinned until we are done with it.  Just after the
