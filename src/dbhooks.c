@@ -76,6 +76,9 @@ static bool wake_at_commit = false; /* CREATE EXTENSION */
 static bool read_again_at_commit = false;	/* ALTER EXTENSION, COPY into
 											 * hoplock's tables */
 static bool stop_at_commit = false; /* DROP EXTENSION */
+static bool untrust_at_commit = false;	/* SQL wrote hoplock's tables: the
+										 * expiry set (expiries.c) may not
+										 * say all that is announced */
 static Oid	created_database = InvalidOid;	/* CREATE DATABASE */
 static bool database_altered = false;	/* ALTER DATABASE ... IS_TEMPLATE,
 										 * ALLOW_CONNECTIONS */
@@ -369,6 +372,7 @@ utility(HL_UTILITY_ARGS)
 		hl_branch_note_sql_write();
 		hl_keepalives_written();
 		hl_expiries_note_sql_write();
+		untrust_at_commit = true;
 		if (truncates_event_log(stmt))
 			hl_delivery_note_removal();
 	}
@@ -409,6 +413,17 @@ dbhooks_xact_callback(XactEvent event, void *arg)
 			if (wake_at_commit || stop_at_commit)
 				installed_at_commit =
 					OidIsValid(get_extension_oid("hoplock", true));
+
+			/*
+			 * Rows written by SQL (a restore's COPY of a mass expiry's mark
+			 * and of its lease rows, say) may hold announced terms the set
+			 * knows nothing of: from before they can be seen until the
+			 * worker has looked at the mark again, writers ask the event
+			 * log.  (Again at the commit: the worker may have looked in
+			 * between, before the rows could be seen.)
+			 */
+			if (untrust_at_commit)
+				hl_expiries_untrust();
 			break;
 		case XACT_EVENT_COMMIT:
 			/* a worker of the dropped extension must go, even if it is back */
@@ -420,6 +435,11 @@ dbhooks_xact_callback(XactEvent event, void *arg)
 				hl_wake_launcher(created_database);
 			if (database_altered)
 				hl_nudge_launcher();
+			if (untrust_at_commit)
+			{
+				hl_expiries_untrust();
+				read_again_at_commit = true;
+			}
 			if (read_again_at_commit)
 			{
 				HlMessage	again;
@@ -430,6 +450,7 @@ dbhooks_xact_callback(XactEvent event, void *arg)
 				hl_post(MyDatabaseId, &again);
 			}
 			wake_at_commit = stop_at_commit = read_again_at_commit = false;
+			untrust_at_commit = false;
 			database_altered = false;
 			created_database = InvalidOid;
 			break;
@@ -438,6 +459,7 @@ dbhooks_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			wake_at_commit = stop_at_commit = read_again_at_commit = false;
+			untrust_at_commit = false;
 			database_altered = false;
 			created_database = InvalidOid;
 			break;
@@ -484,6 +506,7 @@ executor_end(QueryDesc *queryDesc)
 		hl_branch_note_sql_write();
 		hl_keepalives_written();
 		hl_expiries_note_sql_write();
+		untrust_at_commit = true;
 	}
 	if (removed_events)
 		hl_delivery_note_removal();

@@ -186,6 +186,7 @@ hl_prune_events(void)
 	int64		through;
 	int64		pruned_through;
 	int64		dropped;
+	bool		let_go = false;
 
 	begin("hoplock housekeeping: dropping events sent");
 	if (!lock_tables(HL_REL_EVENT, RowExclusiveLock))
@@ -201,15 +202,26 @@ hl_prune_events(void)
 	 */
 	through = older_than > 0 && older_than <= HL_MAX_C ?
 		Min(d.delivered, (older_than << HL_TAG_BITS) | HL_TAG_MASK) : 0;
-	/* not the events of a mass expiry whose rows are not all written */
-	if (d.has_expiries_after)
+	/*
+	 * Not the events of a mass expiry whose rows are not all written
+	 * (massexpiry.c), unless the mark is older than the retention itself:
+	 * a mark a restore brought without the rows it is about, say.  Then it
+	 * is let go (a restart after that may announce those terms again).
+	 */
+	if (d.has_expiries_after && hl_value_c(d.expiries_after) < older_than)
+	{
+		d.has_expiries_after = false;
+		d.expiries_after = 0;
+		let_go = true;
+	}
+	else if (d.has_expiries_after)
 		through = Min(through, d.expiries_after);
 	pruned_through = d.pruned_through;
 	dropped = through > 0 ?
 		hl_eventlog_prune(through, older_than, PRUNE_BATCH, &pruned_through) : 0;
-	if (dropped > 0 && pruned_through > d.pruned_through)
+	if ((dropped > 0 && pruned_through > d.pruned_through) || let_go)
 	{
-		d.pruned_through = pruned_through;
+		d.pruned_through = Max(d.pruned_through, pruned_through);
 		if (!d.found)
 			d.delivered_at = GetCurrentTimestamp();
 		hl_delivery_write(&d);

@@ -79,7 +79,7 @@ typedef struct ExpiryShared
 	pg_atomic_uint64 sql_writes;	/* statements that wrote hoplock's
 									 * tables (dbhooks.c), all databases */
 	pg_atomic_uint64 untrusted; /* times a database's set stopped being
-								 * trusted (hl_expiries_set_trusted) */
+								 * trusted (hl_expiries_untrust) */
 } ExpiryShared;
 
 static ExpiryShared *shared = NULL;
@@ -383,16 +383,44 @@ hl_expiries_trusted(void)
 	return slot != NULL && pg_atomic_read_u32(&slot->expiries_trusted) != 0;
 }
 
-/* The worker: from now on (or no longer) the set says it all */
+/*
+ * The set no longer says it all: the worker starts or exits, or SQL wrote
+ * hoplock's tables.  The count first, then the flag (hl_expiries_trust).
+ */
 void
-hl_expiries_set_trusted(bool trusted)
+hl_expiries_untrust(void)
+{
+	/* (looked up afresh: a miss remembered may be a worker begun since) */
+	HlDbSlot   *slot = hl_shared != NULL ? hl_slot_for(MyDatabaseId) : NULL;
+
+	if (shared != NULL)
+		pg_atomic_fetch_add_u64(&shared->untrusted, 1);
+	pg_memory_barrier();
+	if (slot != NULL)
+		pg_atomic_write_u32(&slot->expiries_trusted, 0);
+}
+
+/*
+ * The worker, having found no batch cut short (or finished it): the set
+ * says it all from now on, unless the set stopped being trusted since it
+ * read hl_expiries_untrusted_count() as "seen" -- then false, and it
+ * looks again.  The flag first, then the count (hl_expiries_untrust).
+ */
+bool
+hl_expiries_trust(uint64 seen)
 {
 	HlDbSlot   *slot = this_db_slot();
 
-	if (slot != NULL)
-		pg_atomic_write_u32(&slot->expiries_trusted, trusted ? 1 : 0);
-	if (!trusted && shared != NULL)
-		pg_atomic_fetch_add_u64(&shared->untrusted, 1);
+	if (slot == NULL || shared == NULL)
+		return false;
+	pg_atomic_write_u32(&slot->expiries_trusted, 1);
+	pg_memory_barrier();
+	if (pg_atomic_read_u64(&shared->untrusted) != seen)
+	{
+		pg_atomic_write_u32(&slot->expiries_trusted, 0);
+		return false;
+	}
+	return true;
 }
 
 /*

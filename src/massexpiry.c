@@ -54,7 +54,11 @@
  *		generation (no second one); they move the mark up as they go, never
  *		past a row found being changed (looked at again as above), and
  *		clear it once past the newest event there was when they began.
- *		Then the set is trusted.
+ *		Then the set is trusted.  An event whose name has no row, or no
+ *		event above the mark at all, keeps the mark where it is: a restore
+ *		brings the tables one at a time, and the commit of each has the
+ *		worker look again (dbhooks.c).  A mark older than
+ *		hoplock.event_retention is let go by the pruning (delivery.c).
 
  *-------------------------------------------------------------------------
  */
@@ -102,6 +106,7 @@ static TimestampTz *batch_next_try = NULL;	/* catching up: a row found
 											 * again then */
 static int *batch_tries = NULL;
 static TimestampTz batch_due = 0;	/* ... and the latest expiry */
+static bool batch_marked = false;	/* it set the delivery row's mark */
 static uint64 sql_writes_seen = 0;	/* hl_expiries_sql_writes() then */
 
 /* A term the recovery found being changed, looked at again later */
@@ -118,6 +123,13 @@ typedef struct Leftover
 static bool recovering = false;	/* from the start until the mark is gone */
 static bool recovery_begun = false; /* the mark read */
 static bool recovery_done = false;	/* this transaction cleared the mark */
+static int64 recovery_missing = PG_INT64_MAX;	/* the first event whose
+												 * name has no row */
+static int64 recovery_events = 0;	/* "expired" events above the mark */
+static uint64 recovery_untrusted = 0;	/* hl_expiries_untrusted_count() as
+										 * the last recovery began: a set
+										 * untrusted since, in any database,
+										 * has the mark looked at again */
 static int64 recovery_after = 0;	/* the events above it are still to read */
 static int64 recovery_until = 0;	/* the newest event when it began */
 static TimestampTz recovery_next_try = DT_NOEND;
@@ -137,6 +149,8 @@ recovery_reset(void)
 	nleftovers = maxleftovers = 0;
 	recovery_begun = recovery_done = false;
 	recovery_next_try = DT_NOEND;
+	recovery_missing = PG_INT64_MAX;
+	recovery_events = 0;
 }
 
 static void
@@ -191,9 +205,10 @@ hl_mass_room(void)
  * Set, move or clear the delivery row's expiries_after, in this
  * transaction.  Set: unless it is set already (a lower mark stands), to
  * the greatest number sent, below every number taken from now on.  Moved
- * (a recovery's progress): to "after", if that is above it.
+ * (a recovery's progress): to "after", if that is above it.  Returns
+ * whether it changed the row.
  */
-static void
+static bool
 mark_delivery(bool set, int64 after)
 {
 	HlDelivery	d;
@@ -204,25 +219,26 @@ mark_delivery(bool set, int64 after)
 	if (set && after == 0)
 	{
 		if (d.has_expiries_after)
-			return;
+			return false;
 		d.expiries_after = d.delivered;
 	}
 	else if (set)
 	{
 		if (!d.has_expiries_after || after <= d.expiries_after)
-			return;
+			return false;
 		d.expiries_after = after;
 	}
 	else
 	{
 		if (!d.has_expiries_after)
-			return;
+			return false;
 		d.expiries_after = 0;
 	}
 	d.has_expiries_after = set;
 	if (!d.found)
 		d.delivered_at = GetCurrentTimestamp();
 	hl_delivery_write(&d);
+	return true;
 }
 
 /* A copy of "term" in the batch's memory */
@@ -426,8 +442,7 @@ hl_mass_record(HlMassLeftOut left_out, void *arg, int64 *lag)
 		return 0;
 	}
 	phase = MASS_RECORDING;
-	mark_delivery(true, 0);
-	hl_count_by(HL_COUNT_EXPIRIES, announced);
+	batch_marked = mark_delivery(true, 0);
 	hl_commit_durably(true);
 	return announced;
 }
@@ -443,6 +458,7 @@ hl_mass_committed(void)
 		return 0;
 	hl_expiries_announced(batch_names, batch_lens, batch_size);
 	phase = MASS_CATCHING_UP;
+	hl_count_by(HL_COUNT_EXPIRIES, batch_size);
 
 	/*
 	 * Whoever waits for one of these names may take it now: wake the
@@ -523,7 +539,7 @@ hl_mass_catch_up(int limit, HlMassLook look, void *arg)
 			continue;
 		}
 		CHECK_FOR_INTERRUPTS();
-		if (look(batch_names[i], batch_lens[i], 0, arg))
+		if (look(batch_names[i], batch_lens[i], 0, arg) != 0)
 		{
 			batch_state[i] = TERM_WRITTEN;
 			written++;
@@ -534,8 +550,12 @@ hl_mass_catch_up(int limit, HlMassLook look, void *arg)
 			left++;
 		}
 	}
-	if (left == 0)
-		mark_delivery(false, 0);
+	/*
+	 * (Not a mark the batch found set: a recovery's, which stays for rows
+	 * a restore has yet to bring; nor while one is under way.)
+	 */
+	if (left == 0 && !recovering && batch_marked)
+		(void) mark_delivery(false, 0);
 	return due_now;
 }
 
@@ -578,9 +598,9 @@ hl_mass_caught_up(void)
 
 	if (recovering && recovery_done)
 	{
+		if (hl_expiries_trust(recovery_untrusted))
+			recovering = false;
 		recovery_reset();
-		recovering = false;
-		hl_expiries_set_trusted(true);
 	}
 	if (phase != MASS_CATCHING_UP)
 		return;
@@ -619,7 +639,7 @@ void
 hl_mass_start(void)
 {
 	hl_expiries_forget_all();
-	hl_expiries_set_trusted(false);
+	hl_expiries_untrust();
 	batch_reset();
 	if (recovery_context == NULL)
 		recovery_context = AllocSetContextCreate(TopMemoryContext,
@@ -691,12 +711,32 @@ hl_mass_recover(HlMassLook look, void *arg)
 	int64		lowest_left = PG_INT64_MAX;
 	int			kept = 0;
 
-	if (!recovering || hl_shared == NULL)
+	if (hl_shared == NULL)
+		return false;
+
+	/*
+	 * SQL wrote hoplock's tables since the set was trusted (a restore):
+	 * look at the mark again.  (A batch being watched gives up when it
+	 * would record; one catching up goes on.)
+	 */
+	if (!recovering &&
+		(!hl_expiries_trusted() ||
+		 hl_expiries_untrusted_count() != recovery_untrusted))
+	{
+		recovery_reset();
+		recovering = true;
+	}
+	if (!recovering)
 		return false;
 	if (!recovery_begun)
 	{
 		HlDelivery	d;
-		Snapshot	latest = RegisterSnapshot(GetLatestSnapshot());
+		Snapshot	latest;
+
+		/* (a write by SQL committed from now on is looked at again) */
+		recovery_untrusted = hl_expiries_untrusted_count();
+		pg_memory_barrier();
+		latest = RegisterSnapshot(GetLatestSnapshot());
 
 		hl_delivery_read(latest, &d);
 		if (d.has_expiries_after)
@@ -705,9 +745,11 @@ hl_mass_recover(HlMassLook look, void *arg)
 		UnregisterSnapshot(latest);
 		if (!d.has_expiries_after)
 		{
-			/* nothing was cut short: the set (empty) says it all */
-			hl_expiries_set_trusted(true);
-			recovering = false;
+			/* nothing was cut short: the set says it all */
+			if (hl_expiries_trust(recovery_untrusted))
+				recovering = false;
+			else
+				recovery_reset();
 			return false;
 		}
 		recovery_after = d.expiries_after;
@@ -719,8 +761,11 @@ hl_mass_recover(HlMassLook look, void *arg)
 	for (int i = 0; i < nleftovers; i++)
 	{
 		Leftover   *l = &leftovers[i];
+		int			r = l->next_try <= now ? look(l->name, l->len, l->generation, arg) : 0;
 
-		if (l->next_try <= now && look(l->name, l->len, l->generation, arg))
+		if (r < 0)
+			recovery_missing = Min(recovery_missing, l->seq);
+		if (r != 0)
 			continue;
 		if (l->next_try <= now)
 			l->next_try = retry_after(now, l->tries++);
@@ -740,9 +785,15 @@ hl_mass_recover(HlMassLook look, void *arg)
 		UnregisterSnapshot(latest);
 		for (int i = 0; i < c->n; i++)
 		{
+			int			r;
+
 			CHECK_FOR_INTERRUPTS();
-			if (look(c->terms[i].name, c->terms[i].len,
-					 c->terms[i].generation, arg))
+			r = look(c->terms[i].name, c->terms[i].len,
+					 c->terms[i].generation, arg);
+			recovery_events++;
+			if (r < 0)
+				recovery_missing = Min(recovery_missing, c->terms[i].seq);
+			if (r != 0)
 				continue;
 			add_leftover(&c->terms[i], now);
 			recovery_next_try = Min(recovery_next_try,
@@ -752,14 +803,25 @@ hl_mass_recover(HlMassLook look, void *arg)
 		recovery_after = c->visited == 0 ? recovery_until : c->last;
 	}
 
-	/* the mark: below the first row still to write, or gone */
+	/*
+	 * The mark: below the first row still to write; gone once every row is
+	 * written.  An event whose name has no row, or none above the mark at
+	 * all, keeps it where it is: a restore brings tables back one at a
+	 * time, and the rows (or the events) may come in a later transaction,
+	 * whose commit has the worker look again.  (A mark older than
+	 * hoplock.event_retention is let go by the pruning: delivery.c.)
+	 */
+	lowest_left = Min(lowest_left, recovery_missing);
 	if (recovery_after >= recovery_until && nleftovers == 0)
 	{
-		mark_delivery(false, 0);
+		if (recovery_events > 0 && recovery_missing == PG_INT64_MAX)
+			(void) mark_delivery(false, 0);
+		else if (lowest_left != PG_INT64_MAX)
+			(void) mark_delivery(true, lowest_left - 1);
 		recovery_done = true;
 	}
 	else
-		mark_delivery(true, Min(recovery_after, lowest_left - 1));
+		(void) mark_delivery(true, Min(recovery_after, lowest_left - 1));
 	return recovery_after < recovery_until;
 }
 
@@ -767,6 +829,6 @@ hl_mass_recover(HlMassLook look, void *arg)
 void
 hl_mass_exit(void)
 {
-	hl_expiries_set_trusted(false);
+	hl_expiries_untrust();
 	hl_expiries_forget_all();
 }

@@ -22,11 +22,12 @@
 #define HL_MASS_EXPIRY_AHEAD	100000
 
 /*
- * The worker's look at one name (worker.c's look_at): false to look again.
- * "recorded": the generation whose "expired" the event log holds, or 0.
+ * The worker's look at one name (worker.c's look_at): 1 done, 0 being
+ * changed (look again later), -1 the name has no row.  "recorded": the
+ * generation whose "expired" the event log holds, or 0.
  */
-typedef bool (*HlMassLook) (const char *name, int namelen, int64 recorded,
-							void *arg);
+typedef int (*HlMassLook) (const char *name, int namelen, int64 recorded,
+						   void *arg);
 
 extern bool hl_mass_busy(void);
 extern int	hl_mass_room(void);

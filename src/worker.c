@@ -990,6 +990,9 @@ watch_fence(const char *name, int namelen, text *tname, const Lease *lease,
 	hl_schedule_add(schedule, name, namelen, due);
 }
 
+/* Whether the last look_at() found a row of its name */
+static bool last_look_found = false;
+
 /* Announce one lease if its term lapsed; otherwise schedule it again. */
 static LeaseOutcome
 look_at(const char *name, int namelen, int64 recorded, int64 *announced,
@@ -1007,6 +1010,7 @@ look_at(const char *name, int namelen, int64 recorded, int64 *announced,
 	req.busy_is_contention = true;
 	req.expired_recorded = recorded;
 	outcome = hl_lease_cas(&req, &result, &found);
+	last_look_found = found;
 	now = GetCurrentTimestamp();
 
 	if (outcome == LEASE_DONE)
@@ -1357,15 +1361,18 @@ may_keep_house(void)
 
 /*
  * A name of a mass expiry's batch, or of one a restart cut short: its row
- * written the usual way (with no event: the batch's is in the log)
+ * written the usual way (with no event: the batch's is in the log).  1:
+ * done; 0: being changed, look again later; -1: the name has no row.
  */
-static bool
+static int
 catch_up_look(const char *name, int namelen, int64 recorded, void *arg)
 {
 	int64		ignored = 0;
 	int64		lag = -1;
 
-	return look_at(name, namelen, recorded, &ignored, &lag) != LEASE_CONTENDED;
+	if (look_at(name, namelen, recorded, &ignored, &lag) == LEASE_CONTENDED)
+		return 0;
+	return last_look_found ? 1 : -1;
 }
 
 /* A name a batch leaves to the usual way: due now */

@@ -207,6 +207,10 @@ $from = q1('SELECT hoplock_position()');
 is($acquired, $n, "$n more names lapsing at one instant");
 my $pid = worker_pid();
 my $watcher = $node->background_psql('postgres');
+# as soon as the batch's events are seen, the worker's next rounds are
+# held up by a lock of the lease table (that readers pass), so that the
+# kill lands before the rows are written
+$watcher->query_safe('BEGIN');
 $watcher->query_safe(q{
 	DO $$
 	BEGIN
@@ -214,9 +218,8 @@ $watcher->query_safe(q{
 		                   WHERE event = 'expired' AND name LIKE 'crash-%') LOOP
 			PERFORM pg_sleep(0.0005);
 		END LOOP;
+		LOCK TABLE hoplock_internal.lease IN EXCLUSIVE MODE;
 	END $$});
-# frozen at once, so that the kill lands before the rows are written
-kill 'STOP', $pid;
 my ($before, $unwritten) = split /\|/, q1(q{
 	SELECT (SELECT count(*) FROM hoplock_internal.event WHERE event = 'expired' AND name LIKE 'crash-%'),
 	       (SELECT count(*) FROM hoplock_internal.lease WHERE name LIKE 'crash-%' AND state = 'h')});

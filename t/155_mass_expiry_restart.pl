@@ -7,7 +7,10 @@
 # later writes the row of; a term lapsing now is announced by whoever
 # takes it over, as ever.  Once the worker is back it writes every row
 # the batch left, clears the mark in the delivery row, sends everything,
-# and the next mass expiry runs as usual.
+# and the next mass expiry runs as usual, its waiters served.  A row of a
+# batch held by another owner's open takeover costs the worker nothing
+# while it waits.  A dump taken while a batch writes its rows restores
+# into another database with each term's one expiry.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -58,13 +61,18 @@ sub expired_per_term
 wait_for_worker();
 my $from = q1('SELECT hoplock_position()');
 
-# --- a batch committed, its rows half written, the worker frozen -------------
+# --- a batch committed, its rows half written, the worker held up ------------
 is(q1(qq{SELECT count(hoplock_acquire('cut-' || i, 'o', t.at - clock_timestamp()))
            FROM (SELECT statement_timestamp() + interval '2 s' AS at) AS t,
                 generate_series(1, $n) AS i}),
 	$n, "$n names lapsing at one instant");
 my $pid = worker_pid();
 my $watcher = $node->background_psql('postgres');
+# as soon as the batch's events are seen, the worker's next rounds are
+# held up by a lock of the lease table (that readers pass): the batch's
+# rows stay unwritten
+my $watcher_pid = $watcher->query_safe('SELECT pg_backend_pid()');
+$watcher->query_safe('BEGIN');
 $watcher->query_safe(q{
 	DO $$
 	BEGIN
@@ -72,22 +80,27 @@ $watcher->query_safe(q{
 		                   WHERE event = 'expired' AND name LIKE 'cut-%') LOOP
 			PERFORM pg_sleep(0.0005);
 		END LOOP;
+		LOCK TABLE hoplock_internal.lease IN EXCLUSIVE MODE;
 	END $$});
-kill 'STOP', $pid;
-$watcher->quit;
 my ($events, $unwritten, $marked) = split /\|/, q1(q{
 	SELECT (SELECT count(*) FROM hoplock_internal.event WHERE event = 'expired' AND name LIKE 'cut-%'),
 	       (SELECT count(*) FROM hoplock_internal.lease WHERE name LIKE 'cut-%' AND state = 'h'),
 	       (SELECT expiries_after IS NOT NULL FROM hoplock_internal.delivery)});
-diag("worker stopped with $events expired events committed, $unwritten lease rows not written");
+diag("worker held up with $events expired events committed, $unwritten lease rows not written");
 cmp_ok($events, '>', $n / 2, 'the batch committed the expired events of the terms due');
 cmp_ok($unwritten, '>', 100, 'and had not written all their lease rows');
 is($marked, 't', 'the delivery row marks the batch');
 
-# --- the server crash-restarts, and no worker serves the database ------------
+# --- the worker goes, the server crash-restarts, no worker serves the database
 $node->append_conf('postgresql.conf', "hoplock.databases = 'no_database_here'");
 $node->reload;
-Hoplock::Crash::kill_and_wait_for_restart($node, $pid);
+$node->poll_query_until('postgres',
+	q{SELECT count(*) = 0 FROM hoplock_workers WHERE datname = 'postgres' AND pid IS NOT NULL})
+  or die 'the worker did not go';
+is(q1(q{SELECT expiries_after IS NOT NULL FROM hoplock_internal.delivery}), 't',
+	'the worker went with the mark set');
+Hoplock::Crash::kill_and_wait_for_restart($node, $watcher_pid);
+eval { $watcher->quit };
 is(q1(q{SELECT count(*) FROM hoplock_workers WHERE datname = 'postgres' AND pid IS NOT NULL}),
 	'0', 'no worker after the restart');
 
@@ -174,36 +187,38 @@ is(q1(qq{SELECT count(hoplock_acquire('held-' || i, 'o', t.at - clock_timestamp(
                 generate_series(1, 2000) AS i}),
 	'2000', '2,000 more names lapsing at one instant');
 $pid = worker_pid();
-$watcher = $node->background_psql('postgres');
-$watcher->query_safe(q{
+# as soon as the batch's events are seen, in a transaction left open
+my $taker = $node->background_psql('postgres');
+$taker->query_safe('BEGIN');
+$taker->query_safe(q{
 	DO $$
 	BEGIN
 		WHILE NOT EXISTS (SELECT FROM hoplock_internal.event
 		                   WHERE event = 'expired' AND name LIKE 'held-%') LOOP
 			PERFORM pg_sleep(0.0005);
 		END LOOP;
+		CREATE TEMP TABLE taken AS
+		SELECT count(hoplock_acquire('held-' || i, 'p', '10 min')) AS n
+		  FROM generate_series(1951, 2000) AS i;
 	END $$});
-kill 'STOP', $pid;
-$watcher->quit;
-my $taker = $node->background_psql('postgres');
-$taker->query_safe('BEGIN');
-my $taken = $taker->query_safe(q{
-	SELECT l.name FROM hoplock_internal.lease AS l
-	 WHERE l.name LIKE 'held-%' AND l.state = 'h' AND l.owner = 'o'
-	 ORDER BY l.name DESC LIMIT 1});
-is($taker->query_safe(qq{SELECT (hoplock_acquire('$taken', 'p', '10 min')).owner}),
-	'p', 'another owner takes over a name of the batch, its row not written yet');
-kill 'CONT', $pid;
+is($taker->query_safe('SELECT n FROM taken'),
+	'50', 'another owner takes over the last 50 names of the batch, in a transaction left open');
+my $taken_names = join(', ', map { "'held-$_'" } 1951 .. 2000);
 sub cpu_ms
 {
 	open my $f, '<', "/proc/$_[0]/schedstat" or return 0;
 	my ($ns) = split ' ', scalar <$f>;
 	return $ns / 1e6;
 }
-$node->poll_query_until('postgres',
-	q{SELECT count(*) = 1 FROM hoplock_internal.lease
-	   WHERE name LIKE 'held-%' AND state = 'h' AND owner = 'o'})
+$node->poll_query_until('postgres', qq{
+	SELECT count(*) = count(*) FILTER (WHERE name IN ($taken_names))
+	  FROM hoplock_internal.lease
+	 WHERE name LIKE 'held-%' AND state = 'h' AND owner = 'o'})
   or die 'the batch did not write the other rows';
+my $pending = q1(qq{SELECT count(*) FROM hoplock_internal.lease
+                     WHERE name IN ($taken_names) AND state = 'h' AND owner = 'o'});
+diag("$pending of the 50 taken over before the batch wrote their rows");
+cmp_ok($pending, '>', 0, 'some taken over before the batch wrote their rows');
 my $cpu0 = cpu_ms($pid);
 usleep(2_000_000);
 my $spent = cpu_ms($pid) - $cpu0;
@@ -218,9 +233,49 @@ $node->poll_query_until('postgres',
   or die 'the batch was not done after the takeover committed';
 pass('once the takeover commits, the batch is done');
 is(expired_per_term('held', $from), '2000|2000', 'one expired event per term');
-is(q1(qq{SELECT string_agg(event || ' ' || owner, ', ' ORDER BY seq) FROM hoplock_events($from)
-          WHERE name = '$taken'}),
-	'acquired o, expired o, acquired p', 'the name taken over: its expiry once, then its new term');
+is(q1(qq{SELECT count(*) FROM (
+            SELECT string_agg(event || ' ' || owner, ', ' ORDER BY seq) AS events
+              FROM hoplock_events($from) WHERE name IN ($taken_names) GROUP BY name) AS e
+          WHERE events = 'acquired o, expired o, acquired p'}),
+	'50', 'each name taken over: its expiry once, then its new term');
+
+# --- a dump taken while a batch's rows are being written, restored ------------
+# The dump holds the batch's events, the mark, and lease rows that still
+# say running.  Restored into another database -- whose worker trusted its
+# empty set before the rows came in -- each term keeps its one expiry.
+is(q1(qq{SELECT count(hoplock_acquire('dump-' || i, 'o', t.at - clock_timestamp()))
+           FROM (SELECT statement_timestamp() + interval '2 s' AS at) AS t,
+                generate_series(1, 1000) AS i}),
+	'1000', '1,000 more names lapsing at one instant');
+my $locker = $node->background_psql('postgres');
+$locker->query_safe('BEGIN');
+$locker->query_safe(q{
+	DO $$
+	BEGIN
+		WHILE NOT EXISTS (SELECT FROM hoplock_internal.event
+		                   WHERE event = 'expired' AND name LIKE 'dump-%') LOOP
+			PERFORM pg_sleep(0.0005);
+		END LOOP;
+		LOCK TABLE hoplock_internal.lease IN EXCLUSIVE MODE;
+	END $$});
+cmp_ok(q1(q{SELECT count(*) FROM hoplock_internal.lease WHERE name LIKE 'dump-%' AND state = 'h'}),
+	'>', 0, 'rows of the batch not written yet');
+my $dump = $node->basedir . '/mid_batch.dump';
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('postgres') ],
+	'dumped while the batch writes its rows');
+$locker->query_safe('COMMIT');
+$locker->quit;
+q1('CREATE DATABASE rdb');
+$node->command_ok([ 'pg_restore', '-d', $node->connstr('rdb'), $dump ], 'restored into another database');
+$node->poll_query_until('rdb',
+	q{SELECT NOT EXISTS (SELECT FROM hoplock_internal.lease
+	                      WHERE name LIKE 'dump-%' AND state = 'h' AND owner = 'o')
+	     AND (SELECT expiries_after IS NULL FROM hoplock_internal.delivery)})
+  or die 'the restored batch was not finished';
+is($node->safe_psql('rdb', q{
+	SELECT count(*), count(DISTINCT (name, generation)) FROM hoplock_internal.event
+	 WHERE event = 'expired' AND name LIKE 'dump-%'}),
+	'1000|1000', 'restored: one expired event per term, none recorded again');
 
 $node->stop;
 done_testing();
