@@ -1383,13 +1383,23 @@ left_to_look_at(const char *name, int namelen, void *arg)
 }
 
 /*
+ * A batch that kept too few of the names it took (their rows being
+ * changed, or not running terms on their own expiry: holds ending, say)
+ * leaves them to the usual way, whose looks again back off; no batch is
+ * tried again before this, or it would take them all again every round.
+ */
+#define MASS_RETRY_PAUSE_US		USECS_PER_SEC
+static TimestampTz mass_paused_until = 0;
+
+/*
  * Will many terms lapse together soon: HL_MASS_EXPIRY_MIN of them within
  * HL_MASS_EXPIRY_SPREAD of the next deadline?  Then in *first that one.
  */
 static bool
 mass_expiry_coming(TimestampTz *first)
 {
-	return !hl_mass_busy() && hl_schedule_next(schedule, first) &&
+	return !hl_mass_busy() && GetCurrentTimestamp() >= mass_paused_until &&
+		hl_schedule_next(schedule, first) &&
 		hl_schedule_count_due(schedule, *first + HL_MASS_EXPIRY_SPREAD,
 							  HL_MASS_EXPIRY_MIN) >= HL_MASS_EXPIRY_MIN;
 }
@@ -1439,8 +1449,9 @@ announce_in_bulk(TimestampTz now, int64 *announced, int64 *lag)
 			whens[at] = when;
 			left_out[at] = true;
 		}
-		(void) hl_mass_watch(names, lens, n, first + HL_MASS_EXPIRY_SPREAD,
-							 left_out);
+		if (hl_mass_watch(names, lens, n, first + HL_MASS_EXPIRY_SPREAD,
+						  left_out) < HL_MASS_EXPIRY_MIN)
+			mass_paused_until = GetCurrentTimestamp() + MASS_RETRY_PAUSE_US;
 		for (int i = 0; i < n; i++)
 			if (left_out[i])
 				hl_schedule_add(schedule, names[i], lens[i], whens[i]);
