@@ -131,7 +131,7 @@ is(q1(qq{SELECT string_agg(event, ',' ORDER BY seq) FROM hoplock_events($solo_fr
 	'expired,acquired', 'a term lapsing since is announced by its takeover');
 
 # --- the worker comes back and finishes the batch -----------------------------
-$node->adjust_conf('postgresql.conf', 'hoplock.databases', "''");
+$node->append_conf('postgresql.conf', "hoplock.databases = ''");
 $node->reload;
 wait_for_worker();
 $node->poll_query_until('postgres',
