@@ -435,11 +435,9 @@ dbhooks_xact_callback(XactEvent event, void *arg)
 				hl_wake_launcher(created_database);
 			if (database_altered)
 				hl_nudge_launcher();
+			/* (the worker sees it at its next round) */
 			if (untrust_at_commit)
-			{
 				hl_expiries_untrust();
-				read_again_at_commit = true;
-			}
 			if (read_again_at_commit)
 			{
 				HlMessage	again;

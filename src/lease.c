@@ -526,7 +526,9 @@ announce_end(const LeaseRequest *req, const Lease *cur, TimestampTz now,
 	else if (cur->state == LEASE_STATE_HELD)
 	{
 		/* a mass expiry recorded its event already (massexpiry.c) */
-		if (expiry_recorded || req->expired_recorded == cur->generation ||
+		if (expiry_recorded ||
+			(req->expired_recorded != 0 &&
+			 req->expired_recorded == cur->generation) ||
 			(!expiry_set_trusted &&
 			 hl_eventlog_expiry_pending(cur->name, cur->generation)))
 		{
