@@ -58,6 +58,25 @@ sub expired_per_term
 	              WHERE event = 'expired' AND name LIKE '$prefix-%'});
 }
 
+# In $session, a transaction left open: as soon as a batch's expired
+# events of the names "$prefix-*" are committed, $sql, in the same
+# statement (the worker writes a batch's rows within milliseconds)
+sub once_batch_committed
+{
+	my ($session, $prefix, $sql) = @_;
+	$session->query_safe('BEGIN');
+	$session->query_safe(qq{
+		DO \$\$
+		BEGIN
+			WHILE NOT EXISTS (SELECT FROM hoplock_internal.event
+			                   WHERE event = 'expired' AND name LIKE '$prefix-%') LOOP
+				PERFORM pg_sleep(0.0005);
+			END LOOP;
+			$sql;
+		END \$\$});
+	return;
+}
+
 wait_for_worker();
 my $from = q1('SELECT hoplock_position()');
 
@@ -72,16 +91,7 @@ my $watcher = $node->background_psql('postgres');
 # held up by a lock of the lease table (that readers pass): the batch's
 # rows stay unwritten
 my $watcher_pid = $watcher->query_safe('SELECT pg_backend_pid()');
-$watcher->query_safe('BEGIN');
-$watcher->query_safe(q{
-	DO $$
-	BEGIN
-		WHILE NOT EXISTS (SELECT FROM hoplock_internal.event
-		                   WHERE event = 'expired' AND name LIKE 'cut-%') LOOP
-			PERFORM pg_sleep(0.0005);
-		END LOOP;
-		LOCK TABLE hoplock_internal.lease IN EXCLUSIVE MODE;
-	END $$});
+once_batch_committed($watcher, 'cut', 'LOCK TABLE hoplock_internal.lease IN EXCLUSIVE MODE');
 my ($events, $unwritten, $marked) = split /\|/, q1(q{
 	SELECT (SELECT count(*) FROM hoplock_internal.event WHERE event = 'expired' AND name LIKE 'cut-%'),
 	       (SELECT count(*) FROM hoplock_internal.lease WHERE name LIKE 'cut-%' AND state = 'h'),
@@ -189,18 +199,10 @@ is(q1(qq{SELECT count(hoplock_acquire('held-' || i, 'o', t.at - clock_timestamp(
 $pid = worker_pid();
 # as soon as the batch's events are seen, in a transaction left open
 my $taker = $node->background_psql('postgres');
-$taker->query_safe('BEGIN');
-$taker->query_safe(q{
-	DO $$
-	BEGIN
-		WHILE NOT EXISTS (SELECT FROM hoplock_internal.event
-		                   WHERE event = 'expired' AND name LIKE 'held-%') LOOP
-			PERFORM pg_sleep(0.0005);
-		END LOOP;
-		CREATE TEMP TABLE taken AS
-		SELECT count(hoplock_acquire('held-' || i, 'p', '10 min')) AS n
-		  FROM generate_series(1951, 2000) AS i;
-	END $$});
+once_batch_committed($taker, 'held', q{
+	CREATE TEMP TABLE taken AS
+	SELECT count(hoplock_acquire('held-' || i, 'p', '10 min')) AS n
+	  FROM generate_series(1951, 2000) AS i});
 is($taker->query_safe('SELECT n FROM taken'),
 	'50', 'another owner takes over the last 50 names of the batch, in a transaction left open');
 my $taken_names = join(', ', map { "'held-$_'" } 1951 .. 2000);
@@ -248,16 +250,7 @@ is(q1(qq{SELECT count(hoplock_acquire('dump-' || i, 'o', t.at - clock_timestamp(
                 generate_series(1, 1000) AS i}),
 	'1000', '1,000 more names lapsing at one instant');
 my $locker = $node->background_psql('postgres');
-$locker->query_safe('BEGIN');
-$locker->query_safe(q{
-	DO $$
-	BEGIN
-		WHILE NOT EXISTS (SELECT FROM hoplock_internal.event
-		                   WHERE event = 'expired' AND name LIKE 'dump-%') LOOP
-			PERFORM pg_sleep(0.0005);
-		END LOOP;
-		LOCK TABLE hoplock_internal.lease IN EXCLUSIVE MODE;
-	END $$});
+once_batch_committed($locker, 'dump', 'LOCK TABLE hoplock_internal.lease IN EXCLUSIVE MODE');
 cmp_ok(q1(q{SELECT count(*) FROM hoplock_internal.lease WHERE name LIKE 'dump-%' AND state = 'h'}),
 	'>', 0, 'rows of the batch not written yet');
 my $dump = $node->basedir . '/mid_batch.dump';
