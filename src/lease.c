@@ -1121,7 +1121,9 @@ check_expiries(void *arg)
 	const Lease *cur = (const Lease *) arg;
 	HlExpiryState state;
 
-	expiry_set_trusted = hl_expiries_trusted();
+	/* (asked only for a lapsed term, the one announce_end() may announce) */
+	if (!expiry_decided_held && cur->state == LEASE_STATE_HELD)
+		expiry_set_trusted = hl_expiries_trusted();
 	state = hl_expiries_check(cur->name, cur->generation, true);
 
 	/*
