@@ -506,11 +506,30 @@ CREATE TABLE hoplock_internal.event (
     at          timestamptz NOT NULL,
     value       text COLLATE "C",
     free_at     timestamptz,
+    -- A mass expiry's "expired" events, recorded as one row: this row is
+    -- the last term's event, and these arrays (null, or all of one length)
+    -- carry the others', oldest first, numbered consecutively below seq
+    -- (the i-th of n: seq - ((n - i + 1) << 11)); their "at" is their
+    -- expires_at.  No other event is numbered between them.
+    earlier_names        text[] COLLATE "C",
+    earlier_owners       text[] COLLATE "C",
+    earlier_generations  bigint[],
+    earlier_expires_at   timestamptz[],
+    earlier_values       text[] COLLATE "C",
     CONSTRAINT event_pkey PRIMARY KEY (seq)
 ) WITH (vacuum_truncate = false);
 
 COMMENT ON TABLE hoplock_internal.event IS
     'the events of the leases, by number: recorded in the transaction of the change, sent as NOTIFY by the worker after its commit';
+
+-- The arrays are stored out of line, uncompressed: compressing a mass
+-- expiry's thousand names would hold up the commit that announces them.
+ALTER TABLE hoplock_internal.event
+    ALTER COLUMN earlier_names SET STORAGE EXTERNAL,
+    ALTER COLUMN earlier_owners SET STORAGE EXTERNAL,
+    ALTER COLUMN earlier_generations SET STORAGE EXTERNAL,
+    ALTER COLUMN earlier_expires_at SET STORAGE EXTERNAL,
+    ALTER COLUMN earlier_values SET STORAGE EXTERNAL;
 
 SELECT pg_catalog.pg_extension_config_dump('hoplock_internal.event', '');
 

@@ -122,9 +122,13 @@ for my $r (1 .. $rounds)
 		my $e = $json->decode($_->[1]);
 		$arrived{ $e->{name} } //= $_->[0];
 	}
+	# (a mass expiry's events are one row of the log: each event's commit
+	# is that of the row numbered at or above it)
 	my $committed = $db->selectall_arrayref(qq{
-		SELECT name, extract(epoch FROM at), extract(epoch FROM pg_xact_commit_timestamp(xmin))
-		  FROM hoplock_internal.event WHERE event = 'expired' AND name LIKE '$prefix-%'});
+		SELECT e.name, extract(epoch FROM e.at),
+		       extract(epoch FROM (SELECT pg_xact_commit_timestamp(r.xmin) FROM hoplock_internal.event AS r
+		                            WHERE r.seq >= e.seq ORDER BY r.seq LIMIT 1))
+		  FROM hoplock_events(0) AS e WHERE e.event = 'expired' AND e.name LIKE '$prefix-%'});
 	my (@total, @announce, @deliver);
 	for (@$committed)
 	{
@@ -168,7 +172,9 @@ $db->begin_work;
 my @written = map { $_ + 0 } (
 	$db->do(q{UPDATE b_lease SET state = 'x', version = version + 1}),
 	$db->do(q{UPDATE b_history SET ended_at = now(), how = 'expired'}),
-	$db->do(qq{INSERT INTO b_event SELECT * FROM hoplock_internal.event WHERE name LIKE 'lapse$rounds-%' AND event = 'expired'}));
+	$db->do(qq{INSERT INTO b_event (seq, event, name, owner, generation, expires_at, at)
+	           SELECT seq, event, name, owner, generation, at, at
+	             FROM hoplock_events(0) WHERE name LIKE 'lapse$rounds-%' AND event = 'expired'}));
 $db->commit;
 my $bulk = 1000 * (time() - $t0);
 die "bulk writes: @written rows, not $n each\n" if grep { $_ != $n } @written;

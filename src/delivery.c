@@ -3,8 +3,9 @@
  * delivery.c
  *		Sending the event log as NOTIFY, after the commits that recorded
  *		the events: the database's worker does it, in number order, up to
- *		HL_DELIVERY_BATCH events per transaction, and records in the same
- *		transaction how far it got (hoplock_internal.delivery).  So:
+ *		HL_DELIVERY_BATCH events per transaction (and the rest of a row
+ *		that carries many, a mass expiry's: eventlog.c), and records in the
+ *		same transaction how far it got (hoplock_internal.delivery).  So:
  *
  *		- a term change takes none of the cluster-wide lock that NOTIFY
  *		  takes from pre-commit to the end of its commit: only the
@@ -74,6 +75,9 @@ send_one(const HlLoggedEvent *e, void *arg)
 {
 	SendState  *state = (SendState *) arg;
 
+	StaticAssertStmt(HL_EVENTS_PER_ROW == HL_DELIVERY_BATCH,
+					 "a row of many events is a delivery's batch");
+
 	Async_Notify(hl_channel,
 				 hl_event_payload(text_to_cstring(e->event),
 								  text_to_cstring(e->name),
@@ -81,7 +85,8 @@ send_one(const HlLoggedEvent *e, void *arg)
 								  e->generation, e->expires_at, e->seq,
 								  e->value ? text_to_cstring(e->value) : NULL,
 								  e->free_at));
-	return ++state->sent < HL_DELIVERY_BATCH;
+	/* a row of many events (a mass expiry's) goes in one batch, whole */
+	return ++state->sent < HL_DELIVERY_BATCH || e->row_left > 0;
 }
 
 static void

@@ -8,6 +8,13 @@
  *		its primary key (stream.c, delivery.c); rows the worker has sent and
  *		that are older than hoplock.event_retention are dropped by it.
  *
+ *		But a mass expiry records its thousands of "expired" events as one
+ *		row: the last term's event, whose columns earlier_* carry the
+ *		others', numbered consecutively below it (HlEarlierEvents,
+ *		events.c).  No other event is numbered between them, so a reader
+ *		that unfolds the row where its number falls reads the log in
+ *		number order.
+ *
  *		And the one row of hoplock_internal.delivery: how far the worker has
  *		sent the log as NOTIFY, and the greatest number it dropped from it.
  *		Only the database's worker writes it, one transaction at a time.
@@ -23,6 +30,7 @@
  */
 #include "postgres.h"
 
+#include "branch.h"
 #include "eventlog.h"
 #include "executor_compat.h"
 #include "expiries.h"
@@ -37,9 +45,12 @@
 #include "commands/dbcommands.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
+#include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -55,7 +66,12 @@ enum
 	Anum_event_at,
 	Anum_event_value,			/* may be null */
 	Anum_event_free_at,			/* may be null */
-	Natts_event = Anum_event_free_at
+	Anum_event_earlier_names,	/* these five: null, or all set */
+	Anum_event_earlier_owners,
+	Anum_event_earlier_generations,
+	Anum_event_earlier_expires_at,
+	Anum_event_earlier_values,
+	Natts_event = Anum_event_earlier_values
 };
 
 /* Columns of hoplock_internal.delivery */
@@ -67,6 +83,54 @@ enum
 	Anum_delivery_expiries_after,
 	Natts_delivery = Anum_delivery_expiries_after
 };
+
+/*
+ * The columns of the events of "terms" (n of them, in this order) to
+ * record in the row of the event that follows them: arrays allocated in
+ * the current memory context.
+ */
+void
+hl_eventlog_earlier(const Lease *terms, int n, HlEarlierEvents *earlier)
+{
+	Datum	   *names = palloc(n * sizeof(Datum));
+	Datum	   *owners = palloc(n * sizeof(Datum));
+	Datum	   *generations = palloc(n * sizeof(Datum));
+	Datum	   *expires_at = palloc(n * sizeof(Datum));
+	Datum	   *values = palloc(n * sizeof(Datum));
+	bool	   *value_nulls = palloc(n * sizeof(bool));
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	for (int i = 0; i < n; i++)
+	{
+		names[i] = PointerGetDatum(terms[i].name);
+		owners[i] = PointerGetDatum(terms[i].owner);
+		generations[i] = Int64GetDatum(terms[i].generation);
+		expires_at[i] = TimestampTzGetDatum(terms[i].expires_at);
+		values[i] = PointerGetDatum(terms[i].value);
+		value_nulls[i] = (terms[i].value == NULL);
+	}
+	earlier->n = n;
+	earlier->names = PointerGetDatum(construct_array(names, n, TEXTOID, -1,
+													 false, TYPALIGN_INT));
+	earlier->owners = PointerGetDatum(construct_array(owners, n, TEXTOID, -1,
+													  false, TYPALIGN_INT));
+	earlier->generations =
+		PointerGetDatum(construct_array(generations, n, INT8OID, 8,
+										FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	earlier->expires_at =
+		PointerGetDatum(construct_array(expires_at, n, TIMESTAMPTZOID, 8,
+										FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	earlier->values =
+		PointerGetDatum(construct_md_array(values, value_nulls, 1, dims, lbs,
+										   TEXTOID, -1, false, TYPALIGN_INT));
+	pfree(names);
+	pfree(owners);
+	pfree(generations);
+	pfree(expires_at);
+	pfree(values);
+	pfree(value_nulls);
+}
 
 /* Record events in the log, in this transaction. */
 void
@@ -94,6 +158,19 @@ hl_eventlog_record(const HlNewEvent *events, int nevents)
 		nulls[Anum_event_value - 1] = (e->lease->value == NULL);
 		values[Anum_event_free_at - 1] = TimestampTzGetDatum(e->free_at);
 		nulls[Anum_event_free_at - 1] = (e->free_at == 0);
+		if (e->earlier != NULL)
+		{
+			values[Anum_event_earlier_names - 1] = e->earlier->names;
+			values[Anum_event_earlier_owners - 1] = e->earlier->owners;
+			values[Anum_event_earlier_generations - 1] = e->earlier->generations;
+			values[Anum_event_earlier_expires_at - 1] = e->earlier->expires_at;
+			values[Anum_event_earlier_values - 1] = e->earlier->values;
+		}
+		else
+		{
+			for (int a = Anum_event_earlier_names; a <= Anum_event_earlier_values; a++)
+				nulls[a - 1] = true;
+		}
 		tuples[i] = heap_form_tuple(RelationGetDescr(rel.heap), values, nulls);
 	}
 	hl_row_insert_many(&rel, tuples, nevents);
@@ -117,6 +194,89 @@ check_column(TupleTableSlot *slot, int attnum)
 				 errhint("The table was altered or damaged; delete the row or restore the table.")));
 }
 
+/* A row of the log whose earlier events cannot be read: as check_column */
+static void
+earlier_damaged(int64 seq, const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("the row of event " INT64_FORMAT " of table \"hoplock_internal.event\" is damaged", seq),
+			 errdetail("Its columns earlier_*: %s.", what),
+			 errhint("The table was altered or damaged; delete the row or restore the table.")));
+}
+
+/* One of the arrays of earlier_*, of "n" elements (-1: whatever it has) */
+static int
+earlier_column(TupleTableSlot *slot, int attnum, int64 seq, Oid type,
+			   int n, Datum **elems, bool **nulls, bool nulls_allowed)
+{
+	ArrayType  *array = DatumGetArrayTypeP(slot->tts_values[attnum - 1]);
+	int			typlen = type == TEXTOID ? -1 : 8;
+	bool		byval = type == TEXTOID ? false : FLOAT8PASSBYVAL;
+	char		align = type == TEXTOID ? TYPALIGN_INT : TYPALIGN_DOUBLE;
+	int			count;
+
+	if (ARR_ELEMTYPE(array) != type || ARR_NDIM(array) > 1)
+		earlier_damaged(seq, "not arrays of the types hoplock writes");
+	deconstruct_array(array, type, typlen, byval, align, elems, nulls, &count);
+	if (n >= 0 && count != n)
+		earlier_damaged(seq, "arrays of different lengths");
+	for (int i = 0; i < count && !nulls_allowed; i++)
+		if ((*nulls)[i])
+			earlier_damaged(seq, "a null among names, owners, generations or expiries");
+	return count;
+}
+
+/*
+ * The events row "slot" (numbered "seq") carries besides its own, into
+ * "earlier" (allocated in the current memory context): how many.
+ */
+typedef struct EarlierRead
+{
+	Datum	   *names;
+	Datum	   *owners;
+	Datum	   *generations;
+	Datum	   *expires_at;
+	Datum	   *values;
+	bool	   *value_nulls;
+} EarlierRead;
+
+static int
+read_earlier(TupleTableSlot *slot, int64 seq, EarlierRead *r)
+{
+	int			nnull = 0;
+	int			n;
+	bool	   *nulls;
+
+	for (int a = Anum_event_earlier_names; a <= Anum_event_earlier_values; a++)
+		nnull += slot->tts_isnull[a - 1] ? 1 : 0;
+	if (nnull == Anum_event_earlier_values - Anum_event_earlier_names + 1)
+		return 0;
+	if (nnull != 0)
+		earlier_damaged(seq, "some null, some not");
+	n = earlier_column(slot, Anum_event_earlier_names, seq, TEXTOID, -1,
+					   &r->names, &nulls, false);
+	(void) earlier_column(slot, Anum_event_earlier_owners, seq, TEXTOID, n,
+						  &r->owners, &nulls, false);
+	(void) earlier_column(slot, Anum_event_earlier_generations, seq, INT8OID,
+						  n, &r->generations, &nulls, false);
+	(void) earlier_column(slot, Anum_event_earlier_expires_at, seq,
+						  TIMESTAMPTZOID, n, &r->expires_at, &nulls, false);
+	(void) earlier_column(slot, Anum_event_earlier_values, seq, TEXTOID, n,
+						  &r->values, &r->value_nulls, true);
+	/* their numbers, consecutive below the row's, must be numbers */
+	if (seq >> HL_TAG_BITS < (int64) n + 1)
+		earlier_damaged(seq, "more events than numbers below the row's");
+	return n;
+}
+
+/* The number of the i-th of the n events a row numbered "seq" carries */
+static inline int64
+earlier_seq(int64 seq, int n, int i)
+{
+	return seq - ((int64) (n - i) << HL_TAG_BITS);
+}
+
 /*
  * Visit the events numbered above "after" and up to "through", in number
  * order, as "snapshot" sees them, until "visit" returns false.  Returns the
@@ -131,6 +291,8 @@ hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	int64		last = 0;
+	MemoryContext row_context = NULL;
+	bool		done = false;
 
 	(void) hl_open(HL_REL_EVENT, AccessShareLock, true, &rel);
 	slot = table_slot_create(rel.heap, NULL);
@@ -138,18 +300,67 @@ hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 				Int64GetDatum(after));
 	scan = hl_index_beginscan(rel.heap, rel.index, snapshot, 1);
 	index_rescan(scan, &key, 1, NULL, 0);
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	while (!done && index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		HlLoggedEvent e;
+		EarlierRead r;
+		int			n = 0;
 
 		CHECK_FOR_INTERRUPTS();
 		slot_getallattrs(slot);
 		for (int i = 1; i < Anum_event_value; i++)
 			check_column(slot, i);
 		e.seq = DatumGetInt64(slot->tts_values[Anum_event_seq - 1]);
-		if (e.seq > through)
-			break;
 		e.event = DatumGetTextPP(slot->tts_values[Anum_event_event - 1]);
+
+		/* first the events the row carries, in a context of their own */
+		if (!slot->tts_isnull[Anum_event_earlier_names - 1])
+		{
+			MemoryContext old;
+
+			if (row_context == NULL)
+				row_context = AllocSetContextCreate(CurrentMemoryContext,
+													"hoplock event row",
+													ALLOCSET_DEFAULT_SIZES);
+			old = MemoryContextSwitchTo(row_context);
+			n = read_earlier(slot, e.seq, &r);
+			MemoryContextSwitchTo(old);
+		}
+		for (int i = 0; i < n; i++)
+		{
+			HlLoggedEvent ee;
+
+			ee.seq = earlier_seq(e.seq, n, i);
+			if (ee.seq <= after)
+				continue;
+			if (ee.seq > through)
+			{
+				done = true;
+				break;
+			}
+			if (ee.seq <= last)
+				earlier_damaged(e.seq, "numbers below the row before it");
+			ee.event = e.event;
+			ee.name = DatumGetTextPP(r.names[i]);
+			ee.owner = DatumGetTextPP(r.owners[i]);
+			ee.generation = DatumGetInt64(r.generations[i]);
+			ee.expires_at = DatumGetTimestampTz(r.expires_at[i]);
+			ee.at = ee.expires_at;
+			ee.value = r.value_nulls[i] ? NULL : DatumGetTextPP(r.values[i]);
+			ee.free_at = 0;
+			ee.row_left = n - i;
+			last = ee.seq;
+			if (!visit(&ee, arg))
+			{
+				done = true;
+				break;
+			}
+		}
+		if (done || e.seq > through)
+			break;
+		if (row_context != NULL)
+			MemoryContextReset(row_context);
+		e.row_left = 0;
 		e.name = DatumGetTextPP(slot->tts_values[Anum_event_name - 1]);
 		e.owner = DatumGetTextPP(slot->tts_values[Anum_event_owner - 1]);
 		e.generation = DatumGetInt64(slot->tts_values[Anum_event_generation - 1]);
@@ -166,6 +377,8 @@ hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	hl_close(&rel, false);
+	if (row_context != NULL)
+		MemoryContextDelete(row_context);
 	return last;
 }
 
@@ -197,6 +410,42 @@ hl_eventlog_newest(int64 through, Snapshot snapshot, bool wait,
 
 		if (!isnull)
 			*newest = DatumGetInt64(d);
+	}
+
+	/*
+	 * The row after it may carry events numbered up to "through" too (a
+	 * mass expiry's, numbered below their row's).
+	 */
+	if (through < PG_INT64_MAX)
+	{
+		ScanKeyInit(&key, Anum_event_seq, BTGreaterStrategyNumber, F_INT8GT,
+					Int64GetDatum(through));
+		index_rescan(scan, &key, 1, NULL, 0);
+		if (index_getnext_slot(scan, ForwardScanDirection, slot))
+		{
+			MemoryContext context = AllocSetContextCreate(CurrentMemoryContext,
+														  "hoplock event row",
+														  ALLOCSET_DEFAULT_SIZES);
+			MemoryContext old = MemoryContextSwitchTo(context);
+			EarlierRead r;
+			int64		seq;
+			int			n;
+
+			slot_getallattrs(slot);
+			check_column(slot, Anum_event_seq);
+			seq = DatumGetInt64(slot->tts_values[Anum_event_seq - 1]);
+			n = read_earlier(slot, seq, &r);
+			for (int i = n - 1; i >= 0; i--)
+			{
+				if (earlier_seq(seq, n, i) <= through)
+				{
+					*newest = Max(*newest, earlier_seq(seq, n, i));
+					break;
+				}
+			}
+			MemoryContextSwitchTo(old);
+			MemoryContextDelete(context);
+		}
 	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);

@@ -28,6 +28,7 @@ typedef struct HlLoggedEvent
 	text	   *value;			/* NULL: none */
 	TimestampTz free_at;		/* released in its hold: when the name
 								 * frees; 0: none */
+	int			row_left;		/* events of its row still to come */
 } HlLoggedEvent;
 
 /* What one read of the log returns, in number order */
@@ -47,6 +48,29 @@ typedef struct HlDelivery
 	int64		read_expiries_after_value;
 } HlDelivery;
 
+/*
+ * The events of the same kind a row of the log carries besides its own,
+ * numbered consecutively below it (a mass expiry's "expired" events,
+ * events.c): its columns earlier_*, arrays of n elements, oldest first.
+ * Their "at" is their expires_at; they have no free_at.
+ */
+typedef struct HlEarlierEvents
+{
+	int			n;
+	Datum		names;			/* text[] */
+	Datum		owners;			/* text[] */
+	Datum		generations;	/* bigint[] */
+	Datum		expires_at;		/* timestamptz[] */
+	Datum		values;			/* text[], with nulls */
+} HlEarlierEvents;
+
+/*
+ * The most events a row carries, its own included: as many as the
+ * delivery sends in one transaction (HL_DELIVERY_BATCH), so that each of
+ * its transactions reads one row.
+ */
+#define HL_EVENTS_PER_ROW	1000
+
 /* An event to record */
 typedef struct HlNewEvent
 {
@@ -55,9 +79,12 @@ typedef struct HlNewEvent
 	const Lease *lease;
 	TimestampTz at;
 	TimestampTz free_at;		/* 0: none */
+	const HlEarlierEvents *earlier; /* NULL: none */
 } HlNewEvent;
 
 /* eventlog.c */
+extern void hl_eventlog_earlier(const Lease *terms, int n,
+								HlEarlierEvents *earlier);
 extern void hl_eventlog_record(const HlNewEvent *events, int nevents);
 extern int64 hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 							  HlEventVisitor visit, void *arg);

@@ -353,13 +353,15 @@ event_db(bool claim)
 }
 
 /*
- * The next event number: c << HL_TAG_BITS | tag, c the greatest of the
- * database's last plus one, the clock and the branch floor (branch.c).
- * Its transaction publishes the first one it takes until it ends.
- * Without shared memory, the sequence numbers them, as 1.1 did.
+ * The next "count" event numbers, consecutive -- c, c + 1, ... shifted,
+ * one tag -- so that no other number of this database falls between them;
+ * returns the last.  c is the greatest of the database's last plus one,
+ * the clock and the branch floor (branch.c).  Its transaction publishes
+ * the first number it takes until it ends.  Without shared memory, the
+ * sequence numbers them, as 1.1 did (one at a time: "count" is 1 there).
  */
 static int64
-next_seq(void)
+next_seq(int count)
 {
 	TimestampTz now;
 	int32		tag;
@@ -369,6 +371,7 @@ next_seq(void)
 	HlEventDb  *entry;
 	int64		seq;
 
+	Assert(count >= 1 && (count == 1 || hl_shared != NULL));
 	if (hl_shared == NULL)
 	{
 		Oid			seqid = hl_sequence_oid("event_seq");
@@ -411,7 +414,7 @@ next_seq(void)
 	else
 		c = Max(entry->last_c + 1, now);
 	c = Max(c, floor);
-	if (c > HL_MAX_C)
+	if (c > HL_MAX_C - (count - 1))
 	{
 		LWLockRelease(entry->lock);
 		ereport(ERROR,
@@ -419,7 +422,7 @@ next_seq(void)
 				 errmsg("hoplock's values are exhausted"),
 				 errdetail("Event numbers are numbered by the microsecond up to the year 2142.")));
 	}
-	entry->last_c = c;
+	entry->last_c = c + (count - 1);
 	entry->last_used = now;
 	seq = (c << HL_TAG_BITS) | tag;
 	if (!seq_published)
@@ -433,7 +436,7 @@ next_seq(void)
 		seq_published_entry = entry;
 	}
 	LWLockRelease(entry->lock);
-	return seq;
+	return ((c + (count - 1)) << HL_TAG_BITS) | tag;
 }
 
 /*
@@ -586,6 +589,7 @@ typedef struct PendingEvent
 	int			nest_level;		/* subtransaction that queued it */
 	const char *event;
 	Lease		lease;
+	HlEarlierEvents earlier;	/* recorded with it (n 0: none) */
 } PendingEvent;
 
 static PendingEvent *pending_events = NULL;
@@ -623,7 +627,9 @@ notify_now(const PendingEvent *item, int64 seq)
 }
 
 /*
- * Queue one event for the lease as it stands after the change.  It is
+ * Queue one event for the lease as it stands after the change, and with
+ * it the "nearlier" events of the same kind of the terms "earlier", to be
+ * numbered just below it and recorded in its row (eventlog.c).  It is
  * numbered and written to the event log when its transaction commits
  * (flush_events), so that a number is in flight only while its commit
  * is: a transaction that changed a term and stays open holds back no
@@ -631,8 +637,9 @@ notify_now(const PendingEvent *item, int64 seq)
  * done (delivery.c).  The log is locked here, so that maintenance
  * holding it is reported by the call, not at its commit.
  */
-void
-hl_event(const char *event, const Lease *lease)
+static void
+queue_event(const char *event, const Lease *lease, const Lease *earlier,
+			int nearlier)
 {
 	MemoryContext old;
 	PendingEvent *item;
@@ -658,14 +665,53 @@ hl_event(const char *event, const Lease *lease)
 	item->lease.owner = (text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(lease->owner));
 	item->lease.value = lease->value == NULL ? NULL :
 		(text *) PG_DETOAST_DATUM_COPY(PointerGetDatum(lease->value));
+	if (nearlier > 0)
+		hl_eventlog_earlier(earlier, nearlier, &item->earlier);
 	item->nest_level = GetCurrentTransactionNestLevel();
 	item->next = pending_events;
 	pending_events = item;
 	MemoryContextSwitchTo(old);
 
 	if (hl_log_events)
+	{
+		for (int i = 0; i < nearlier; i++)
+			queue_log_line(event, text_to_cstring(earlier[i].name),
+						   text_to_cstring(earlier[i].owner), &earlier[i]);
 		queue_log_line(event, text_to_cstring(lease->name),
 					   text_to_cstring(lease->owner), lease);
+	}
+}
+
+void
+hl_event(const char *event, const Lease *lease)
+{
+	queue_event(event, lease, NULL, 0);
+}
+
+/*
+ * Queue the "expired" events of the terms of a mass expiry
+ * (massexpiry.c), in this order.  They are numbered consecutively at the
+ * pre-commit and recorded HL_EVENTS_PER_ROW to a row of the log, the last
+ * term's event carrying the others': a row and an index entry per
+ * thousand, in the commit that announces them, and one row for each of
+ * the delivery's transactions to read.  Without shared memory (no worker,
+ * no mass expiry), one by one.
+ */
+void
+hl_event_expired_many(const Lease *terms, int n)
+{
+	if (hl_shared == NULL)
+	{
+		for (int i = 0; i < n; i++)
+			hl_event("expired", &terms[i]);
+		return;
+	}
+	for (int done = 0; done < n; done += HL_EVENTS_PER_ROW)
+	{
+		int			k = Min(HL_EVENTS_PER_ROW, n - done);
+
+		queue_event("expired", &terms[done + k - 1], &terms[done], k - 1);
+	}
 }
 
 /*
@@ -725,7 +771,8 @@ flush_events(void)
 	{
 		HlNewEvent *e = &events[n++];
 
-		e->seq = next_seq();
+		e->seq = next_seq(item->earlier.n + 1);
+		e->earlier = item->earlier.n > 0 ? &item->earlier : NULL;
 		e->event = item->event;
 		e->lease = &item->lease;
 		e->at = event_time(item->event, &item->lease);

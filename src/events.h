@@ -12,6 +12,7 @@
 #include "hoplock.h"
 
 extern void hl_event(const char *event, const Lease *lease);
+extern void hl_event_expired_many(const Lease *terms, int n);
 extern int64 hl_event_horizon(void);
 extern int64 hl_event_newest(void);
 extern void hl_events_init(void);

@@ -419,7 +419,10 @@ hl_mass_record(HlMassLeftOut left_out, void *arg, int64 *lag)
 		generations[i] = batch_terms[i].generation;
 	hl_expiries_flip(batch_names, batch_lens, generations, batch_size, kept);
 
-	/* 4: their events, and the mark a restart looks for */
+	/*
+	 * 4: their events, one row of the log for all (events.c), and the mark
+	 * a restart looks for
+	 */
 	for (int i = 0; i < batch_size; i++)
 	{
 		if (!kept[i])
@@ -427,8 +430,8 @@ hl_mass_record(HlMassLeftOut left_out, void *arg, int64 *lag)
 			left_out(batch_names[i], batch_lens[i], arg);
 			continue;
 		}
-		hl_event("expired", &batch_terms[i]);
 		*lag = Max(*lag, now - batch_terms[i].expires_at);
+		batch_terms[k] = batch_terms[i];
 		batch_names[k] = batch_names[i];
 		batch_lens[k] = batch_lens[i];
 		batch_state[k] = TERM_PENDING;
@@ -441,6 +444,7 @@ hl_mass_record(HlMassLeftOut left_out, void *arg, int64 *lag)
 		batch_reset();
 		return 0;
 	}
+	hl_event_expired_many(batch_terms, batch_size);
 	phase = MASS_RECORDING;
 	batch_marked = mark_delivery(true, 0);
 	hl_commit_durably(true);

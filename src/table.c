@@ -156,6 +156,11 @@ static const ColumnSpec event_columns[] = {
 	{"at", TIMESTAMPTZOID, true},
 	{"value", TEXTOID, false},
 	{"free_at", TIMESTAMPTZOID, false},
+	{"earlier_names", TEXTARRAYOID, false},
+	{"earlier_owners", TEXTARRAYOID, false},
+	{"earlier_generations", INT8ARRAYOID, false},
+	{"earlier_expires_at", TIMESTAMPTZARRAYOID, false},
+	{"earlier_values", TEXTARRAYOID, false},
 };
 
 static const ColumnSpec delivery_columns[] = {

@@ -164,6 +164,35 @@ is(scalar(grep { !$committed{$_} } @first), 0, 'nothing but committed events');
 is(scalar(@got), scalar(@first), 'nothing sent twice');
 is_deeply(\@first, [ sort { $a <=> $b } @first ], 'in number order');
 
+# the log: a batch's events are rows of up to 1,000, each the last term's
+# event carrying the others', numbered consecutively below it (eventlog.c)
+my ($carrying, $widest) = split /\|/, q1(q{
+	SELECT count(*), max(cardinality(earlier_names)) + 1 FROM hoplock_internal.event
+	 WHERE event = 'expired' AND name LIKE 'mass-%' AND earlier_names IS NOT NULL});
+diag("the lapse's events are in $carrying rows of the log, the widest of $widest events");
+cmp_ok($carrying, '>=', 2, 'the batch recorded its events as rows that carry many');
+cmp_ok($widest, '<=', 1000, 'at most 1,000 to a row');
+# a reader resuming from a number inside such a row gets the rest of the
+# log, as from any other number
+my $mid = q1(q{
+	SELECT seq - ((cardinality(earlier_names) - 4)::bigint << 11) FROM hoplock_internal.event
+	 WHERE event = 'expired' AND name LIKE 'mass-%' AND cardinality(earlier_names) >= 10
+	 ORDER BY seq LIMIT 1});
+ok(scalar(grep { $_ eq $mid } @committed), 'a number inside a row is an event of the stream');
+is(q1(qq{SELECT (SELECT array_agg(seq ORDER BY seq) FROM hoplock_events($mid))
+              = (SELECT array_agg(seq ORDER BY seq) FROM hoplock_events($from) WHERE seq > $mid)}),
+	't', 'hoplock_events from inside a row returns what follows that number');
+is(q1(qq{SELECT min(seq) FROM hoplock_watch($mid, '1 s')}),
+	(grep { $_ > $mid } @committed)[0], 'hoplock_watch from inside a row: the next number first');
+my ($ret, $out, $err) = $node->psql('postgres', q{
+	BEGIN;
+	UPDATE hoplock_internal.event SET earlier_owners = earlier_owners[1:2]
+	 WHERE seq = (SELECT max(seq) FROM hoplock_internal.event WHERE earlier_names IS NOT NULL);
+	SELECT count(*) FROM hoplock_events(0);
+	ROLLBACK;});
+like($err, qr/ERROR:  the row of event \d+ of table "hoplock_internal.event" is damaged\nDETAIL:  Its columns earlier_\*: arrays of different lengths/,
+	'a row whose arrays differ in length is an error, not fewer events');
+
 # each lapsed term, as its history row has it (those taken over during the
 # lapse too, "taken over" if the acquire announced it before the worker):
 # its row ends at its expires_at, and the log holds one expired event of
@@ -221,7 +250,7 @@ $watcher->query_safe(q{
 		LOCK TABLE hoplock_internal.lease IN EXCLUSIVE MODE;
 	END $$});
 my ($before, $unwritten) = split /\|/, q1(q{
-	SELECT (SELECT count(*) FROM hoplock_internal.event WHERE event = 'expired' AND name LIKE 'crash-%'),
+	SELECT (SELECT count(*) FROM hoplock_events(0) WHERE event = 'expired' AND name LIKE 'crash-%'),
 	       (SELECT count(*) FROM hoplock_internal.lease WHERE name LIKE 'crash-%' AND state = 'h')});
 Hoplock::Crash::kill_and_wait_for_restart($node, $pid);
 eval { $watcher->quit };

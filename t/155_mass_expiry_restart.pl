@@ -93,7 +93,7 @@ my $watcher = $node->background_psql('postgres');
 my $watcher_pid = $watcher->query_safe('SELECT pg_backend_pid()');
 once_batch_committed($watcher, 'cut', 'LOCK TABLE hoplock_internal.lease IN EXCLUSIVE MODE');
 my ($events, $unwritten, $marked) = split /\|/, q1(q{
-	SELECT (SELECT count(*) FROM hoplock_internal.event WHERE event = 'expired' AND name LIKE 'cut-%'),
+	SELECT (SELECT count(*) FROM hoplock_events(0) WHERE event = 'expired' AND name LIKE 'cut-%'),
 	       (SELECT count(*) FROM hoplock_internal.lease WHERE name LIKE 'cut-%' AND state = 'h'),
 	       (SELECT expiries_after IS NOT NULL FROM hoplock_internal.delivery)});
 diag("worker held up with $events expired events committed, $unwritten lease rows not written");
@@ -118,7 +118,7 @@ is(q1(q{SELECT count(*) FROM hoplock_workers WHERE datname = 'postgres' AND pid 
 my @pending = split /\n/, q1(q{
 	SELECT l.name FROM hoplock_internal.lease AS l
 	 WHERE l.name LIKE 'cut-%' AND l.state = 'h'
-	   AND EXISTS (SELECT FROM hoplock_internal.event AS e
+	   AND EXISTS (SELECT FROM hoplock_events(0) AS e
 	                WHERE e.name = l.name AND e.event = 'expired')
 	 ORDER BY l.name LIMIT 20});
 is(scalar(@pending), 20, 'terms left lapsed and unwritten by the batch');
@@ -266,7 +266,7 @@ $node->poll_query_until('rdb',
 	     AND (SELECT expiries_after IS NULL FROM hoplock_internal.delivery)})
   or die 'the restored batch was not finished';
 is($node->safe_psql('rdb', q{
-	SELECT count(*), count(DISTINCT (name, generation)) FROM hoplock_internal.event
+	SELECT count(*), count(DISTINCT (name, generation)) FROM hoplock_events(0)
 	 WHERE event = 'expired' AND name LIKE 'dump-%'}),
 	'1000|1000', 'restored: one expired event per term, none recorded again');
 

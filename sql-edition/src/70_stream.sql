@@ -11,7 +11,14 @@ BEGIN
     IF since < 0 THEN
         RAISE EXCEPTION 'event number % is negative', since USING ERRCODE = '22023';
     END IF;
-    IF since > 0 AND NOT EXISTS (SELECT FROM hoplock_internal.event AS e WHERE e.seq = since) THEN
+    IF since > 0 AND NOT EXISTS (SELECT FROM hoplock_internal.event AS e WHERE e.seq = since)
+       -- or one a row carries below its own (a C edition's mass expiry)
+       AND NOT EXISTS (SELECT
+                         FROM (SELECT e.seq, cardinality(e.earlier_names) AS n
+                                 FROM hoplock_internal.event AS e
+                                WHERE e.seq > since ORDER BY e.seq LIMIT 1) AS r
+                        WHERE r.seq - (r.n::bigint << 11) <= since
+                          AND (r.seq - since) % 2048 = 0) THEN
         RAISE EXCEPTION 'event number % is not in this history', since USING ERRCODE = 'HL001';
     END IF;
 END $$;
@@ -28,12 +35,23 @@ BEGIN
     PERFORM hoplock_internal.expire();
     h := hoplock_internal.horizon();
     PERFORM hoplock_internal.check_since(since, h);
+    -- a row's own event, and those it carries below it (a C edition's mass
+    -- expiry: the i-th of n numbered seq - ((n - i + 1) << 11))
     RETURN QUERY
-        SELECT e.seq, e.event, hoplock_internal.base_name(e.name), e.owner::text, e.generation, e.at,
-               e.value::text, e.free_at, hoplock_internal.slot_of(e.name)
+        SELECT u.seq, e.event, hoplock_internal.base_name(u.name), u.owner::text, u.generation, u.at,
+               u.value::text, u.free_at, hoplock_internal.slot_of(u.name)
           FROM hoplock_internal.event AS e
-         WHERE e.seq > since AND e.seq <= h
-         ORDER BY e.seq;
+         CROSS JOIN LATERAL (
+                SELECT e.seq - ((cardinality(e.earlier_names) - x.i + 1) << 11) AS seq,
+                       x.name, x.owner, x.generation, x.expires_at AS at, x.value,
+                       NULL::timestamptz AS free_at
+                  FROM unnest(e.earlier_names, e.earlier_owners, e.earlier_generations,
+                              e.earlier_expires_at, e.earlier_values)
+                       WITH ORDINALITY AS x(name, owner, generation, expires_at, value, i)
+                UNION ALL
+                SELECT e.seq, e.name, e.owner, e.generation, e.at, e.value, e.free_at) AS u
+         WHERE e.seq > since AND u.seq > since AND u.seq <= h
+         ORDER BY u.seq;
 END $$;
 
 CREATE FUNCTION @extschema@.hoplock_events(since bigint DEFAULT 0)
