@@ -68,23 +68,30 @@
 typedef struct SendState
 {
 	int			sent;
+	MemoryContext payload_context;	/* one event's payload at a time */
 } SendState;
 
 static bool
 send_one(const HlLoggedEvent *e, void *arg)
 {
 	SendState  *state = (SendState *) arg;
+	MemoryContext old;
+	char	   *payload;
 
 	StaticAssertStmt(HL_EVENTS_PER_ROW == HL_DELIVERY_BATCH,
 					 "a row of many events is a delivery's batch");
 
-	Async_Notify(hl_channel,
-				 hl_event_payload(text_to_cstring(e->event),
-								  text_to_cstring(e->name),
-								  text_to_cstring(e->owner),
-								  e->generation, e->expires_at, e->seq,
-								  e->value ? text_to_cstring(e->value) : NULL,
-								  e->free_at));
+	old = MemoryContextSwitchTo(state->payload_context);
+	payload = hl_event_payload(text_to_cstring(e->event),
+							   text_to_cstring(e->name),
+							   text_to_cstring(e->owner),
+							   e->generation, e->expires_at, e->seq,
+							   e->value ? text_to_cstring(e->value) : NULL,
+							   e->free_at);
+	MemoryContextSwitchTo(old);
+	Async_Notify(hl_channel, payload);
+	/* (Async_Notify keeps a copy of its own) */
+	MemoryContextReset(state->payload_context);
 	/* a row of many events (a mass expiry's) goes in one batch, whole */
 	return ++state->sent < HL_DELIVERY_BATCH || e->row_left > 0;
 }
@@ -162,7 +169,11 @@ hl_deliver(void)
 		return HL_DELIVERY_PAUSED;
 	}
 
+	state.payload_context = AllocSetContextCreate(CurrentMemoryContext,
+												  "hoplock event payload",
+												  ALLOCSET_DEFAULT_SIZES);
 	last = hl_eventlog_scan(d.delivered, horizon, snapshot, send_one, &state);
+	MemoryContextDelete(state.payload_context);
 	UnregisterSnapshot(snapshot);
 	if (state.sent > 0)
 	{
