@@ -4,7 +4,8 @@
  *		Sending the event log as NOTIFY, after the commits that recorded
  *		the events: the database's worker does it, in number order, up to
  *		HL_DELIVERY_BATCH events per transaction (and the rest of a row
- *		that carries many, a mass expiry's: eventlog.c), and records in the
+ *		that carries many, a mass expiry's, whole: eventlog.c, so up to
+ *		twice that), and records in the
  *		same transaction how far it got (hoplock_internal.delivery).  So:
  *
  *		- a term change takes none of the cluster-wide lock that NOTIFY

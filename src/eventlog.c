@@ -256,6 +256,9 @@ read_earlier(TupleTableSlot *slot, int64 seq, EarlierRead *r)
 		earlier_damaged(seq, "some null, some not");
 	n = earlier_column(slot, Anum_event_earlier_names, seq, TEXTOID, -1,
 					   &r->names, &nulls, false);
+	/* what hoplock writes: a reader (the delivery) takes a row whole */
+	if (n > HL_EVENTS_PER_ROW - 1)
+		earlier_damaged(seq, "more events than a row carries");
 	(void) earlier_column(slot, Anum_event_earlier_owners, seq, TEXTOID, n,
 						  &r->owners, &nulls, false);
 	(void) earlier_column(slot, Anum_event_earlier_generations, seq, INT8OID,
@@ -423,18 +426,23 @@ hl_eventlog_newest(int64 through, Snapshot snapshot, bool wait,
 		index_rescan(scan, &key, 1, NULL, 0);
 		if (index_getnext_slot(scan, ForwardScanDirection, slot))
 		{
-			MemoryContext context = AllocSetContextCreate(CurrentMemoryContext,
-														  "hoplock event row",
-														  ALLOCSET_DEFAULT_SIZES);
-			MemoryContext old = MemoryContextSwitchTo(context);
-			EarlierRead r;
 			int64		seq;
-			int			n;
+			int			n = 0;
 
 			slot_getallattrs(slot);
 			check_column(slot, Anum_event_seq);
 			seq = DatumGetInt64(slot->tts_values[Anum_event_seq - 1]);
-			n = read_earlier(slot, seq, &r);
+			/* how many it carries: the length of one of its arrays */
+			if (!slot->tts_isnull[Anum_event_earlier_names - 1])
+			{
+				ArrayType  *names;
+
+				names = DatumGetArrayTypeP(slot->tts_values[Anum_event_earlier_names - 1]);
+				n = ARR_NDIM(names) == 1 ? ARR_DIMS(names)[0] : 0;
+				if ((Pointer) names != DatumGetPointer(slot->tts_values[Anum_event_earlier_names - 1]))
+					pfree(names);
+			}
+			/* the greatest of them up to "through" */
 			for (int i = n - 1; i >= 0; i--)
 			{
 				if (earlier_seq(seq, n, i) <= through)
@@ -443,8 +451,6 @@ hl_eventlog_newest(int64 through, Snapshot snapshot, bool wait,
 					break;
 				}
 			}
-			MemoryContextSwitchTo(old);
-			MemoryContextDelete(context);
 		}
 	}
 	index_endscan(scan);

@@ -66,8 +66,8 @@ typedef struct HlEarlierEvents
 
 /*
  * The most events a row carries, its own included: as many as the
- * delivery sends in one transaction (HL_DELIVERY_BATCH), so that each of
- * its transactions reads one row.
+ * delivery sends in one transaction (HL_DELIVERY_BATCH), which sends a
+ * row whole, so that a transaction reads one such row, or two at most.
  */
 #define HL_EVENTS_PER_ROW	1000
 

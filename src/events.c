@@ -118,7 +118,6 @@ static bool xact_branch_valid = false;
 static int32 xact_branch_tag;
 static int64 xact_branch_floor;
 
-/* An instant as JSON writes it, always in UTC */
 /*
  * An int64 in decimal (the delivery writes four in every payload, tens of
  * thousands a second in a mass expiry: not through snprintf)
@@ -132,6 +131,7 @@ append_int64(StringInfo buf, int64 value)
 	appendStringInfoString(buf, digits);
 }
 
+/* An instant as JSON writes it, always in UTC */
 static void
 append_timestamp(StringInfo buf, TimestampTz ts)
 {
