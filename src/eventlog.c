@@ -42,10 +42,10 @@
 #include "access/relscan.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
-#include "catalog/pg_type.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -194,14 +194,56 @@ check_column(TupleTableSlot *slot, int attnum)
 				 errhint("The table was altered or damaged; delete the row or restore the table.")));
 }
 
-/* A row of the log whose earlier events cannot be read: as check_column */
-static void
-earlier_damaged(int64 seq, const char *what)
+/* How a row's columns earlier_* can be damaged */
+typedef enum EarlierDamage
 {
+	DAMAGE_SOME_NULL,
+	DAMAGE_TYPES,
+	DAMAGE_LENGTHS,
+	DAMAGE_NULL_ELEMENT,
+	DAMAGE_TOO_MANY,
+	DAMAGE_NUMBERS,
+	DAMAGE_ORDER
+} EarlierDamage;
+
+/*
+ * A row of the log whose earlier events cannot be read: as check_column,
+ * an error rather than fewer events than there are.
+ */
+static void
+earlier_damaged(int64 seq, EarlierDamage damage)
+{
+	const char *detail = NULL;
+
+	switch (damage)
+	{
+		case DAMAGE_SOME_NULL:
+			detail = gettext_noop("Some of its columns earlier_* are null, and some are not.");
+			break;
+		case DAMAGE_TYPES:
+			detail = gettext_noop("Its columns earlier_* are not the one-dimensional arrays hoplock writes.");
+			break;
+		case DAMAGE_LENGTHS:
+			detail = gettext_noop("Its columns earlier_* are arrays of different lengths.");
+			break;
+		case DAMAGE_NULL_ELEMENT:
+			detail = gettext_noop("One of its earlier names, owners, generations or expiries is null.");
+			break;
+		case DAMAGE_TOO_MANY:
+			detail = gettext_noop("It carries more events than hoplock writes to a row.");
+			break;
+		case DAMAGE_NUMBERS:
+			detail = gettext_noop("It carries more events than there are numbers below its own.");
+			break;
+		case DAMAGE_ORDER:
+			detail = gettext_noop("The numbers of the events it carries reach down to the row before it.");
+			break;
+	}
 	ereport(ERROR,
 			(errcode(ERRCODE_DATA_CORRUPTED),
-			 errmsg("the row of event " INT64_FORMAT " of table \"hoplock_internal.event\" is damaged", seq),
-			 errdetail("Its columns earlier_*: %s.", what),
+			 errmsg("the row of event %lld of table \"hoplock_internal.event\" is damaged",
+					(long long) seq),
+			 errdetail_internal("%s", _(detail)),
 			 errhint("The table was altered or damaged; delete the row or restore the table.")));
 }
 
@@ -217,13 +259,13 @@ earlier_column(TupleTableSlot *slot, int attnum, int64 seq, Oid type,
 	int			count;
 
 	if (ARR_ELEMTYPE(array) != type || ARR_NDIM(array) > 1)
-		earlier_damaged(seq, "not arrays of the types hoplock writes");
+		earlier_damaged(seq, DAMAGE_TYPES);
 	deconstruct_array(array, type, typlen, byval, align, elems, nulls, &count);
 	if (n >= 0 && count != n)
-		earlier_damaged(seq, "arrays of different lengths");
+		earlier_damaged(seq, DAMAGE_LENGTHS);
 	for (int i = 0; i < count && !nulls_allowed; i++)
 		if ((*nulls)[i])
-			earlier_damaged(seq, "a null among names, owners, generations or expiries");
+			earlier_damaged(seq, DAMAGE_NULL_ELEMENT);
 	return count;
 }
 
@@ -253,12 +295,12 @@ read_earlier(TupleTableSlot *slot, int64 seq, EarlierRead *r)
 	if (nnull == Anum_event_earlier_values - Anum_event_earlier_names + 1)
 		return 0;
 	if (nnull != 0)
-		earlier_damaged(seq, "some null, some not");
+		earlier_damaged(seq, DAMAGE_SOME_NULL);
 	n = earlier_column(slot, Anum_event_earlier_names, seq, TEXTOID, -1,
 					   &r->names, &nulls, false);
 	/* what hoplock writes: a reader (the delivery) takes a row whole */
 	if (n > HL_EVENTS_PER_ROW - 1)
-		earlier_damaged(seq, "more events than a row carries");
+		earlier_damaged(seq, DAMAGE_TOO_MANY);
 	(void) earlier_column(slot, Anum_event_earlier_owners, seq, TEXTOID, n,
 						  &r->owners, &nulls, false);
 	(void) earlier_column(slot, Anum_event_earlier_generations, seq, INT8OID,
@@ -269,7 +311,7 @@ read_earlier(TupleTableSlot *slot, int64 seq, EarlierRead *r)
 						  &r->values, &r->value_nulls, true);
 	/* their numbers, consecutive below the row's, must be numbers */
 	if (seq >> HL_TAG_BITS < (int64) n + 1)
-		earlier_damaged(seq, "more events than numbers below the row's");
+		earlier_damaged(seq, DAMAGE_NUMBERS);
 	return n;
 }
 
@@ -316,8 +358,16 @@ hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 		e.seq = DatumGetInt64(slot->tts_values[Anum_event_seq - 1]);
 		e.event = DatumGetTextPP(slot->tts_values[Anum_event_event - 1]);
 
-		/* first the events the row carries, in a context of their own */
-		if (!slot->tts_isnull[Anum_event_earlier_names - 1])
+		/*
+		 * First the events the row carries, in a context of their own (if
+		 * any of the five columns is set: read_earlier refuses a row with
+		 * some of them null).
+		 */
+		if (!slot->tts_isnull[Anum_event_earlier_names - 1] ||
+			!slot->tts_isnull[Anum_event_earlier_owners - 1] ||
+			!slot->tts_isnull[Anum_event_earlier_generations - 1] ||
+			!slot->tts_isnull[Anum_event_earlier_expires_at - 1] ||
+			!slot->tts_isnull[Anum_event_earlier_values - 1])
 		{
 			MemoryContext old;
 
@@ -342,7 +392,7 @@ hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 				break;
 			}
 			if (ee.seq <= last)
-				earlier_damaged(e.seq, "numbers below the row before it");
+				earlier_damaged(e.seq, DAMAGE_ORDER);
 			ee.event = e.event;
 			ee.name = DatumGetTextPP(r.names[i]);
 			ee.owner = DatumGetTextPP(r.owners[i]);
@@ -417,7 +467,9 @@ hl_eventlog_newest(int64 through, Snapshot snapshot, bool wait,
 
 	/*
 	 * The row after it may carry events numbered up to "through" too (a
-	 * mass expiry's, numbered below their row's).
+	 * mass expiry's, numbered below their row's).  Not with the horizon
+	 * for a bound, which never falls inside a committed row (a block's
+	 * numbers are published as one); but a bound may be any number.
 	 */
 	if (through < PG_INT64_MAX)
 	{

@@ -184,14 +184,22 @@ is(q1(qq{SELECT (SELECT array_agg(seq ORDER BY seq) FROM hoplock_events($mid))
 	't', 'hoplock_events from inside a row returns what follows that number');
 is(q1(qq{SELECT min(seq) FROM hoplock_watch($mid, '1 s')}),
 	(grep { $_ > $mid } @committed)[0], 'hoplock_watch from inside a row: the next number first');
-my ($ret, $out, $err) = $node->psql('postgres', q{
-	BEGIN;
-	UPDATE hoplock_internal.event SET earlier_owners = earlier_owners[1:2]
-	 WHERE seq = (SELECT max(seq) FROM hoplock_internal.event WHERE earlier_names IS NOT NULL);
-	SELECT count(*) FROM hoplock_events(0);
-	ROLLBACK;});
-like($err, qr/ERROR:  the row of event \d+ of table "hoplock_internal.event" is damaged\nDETAIL:  Its columns earlier_\*: arrays of different lengths/,
-	'a row whose arrays differ in length is an error, not fewer events');
+# a row damaged by hand is an error, never fewer events
+for my $damage (
+	[ 'earlier_owners = earlier_owners[1:2]', 'Its columns earlier_\* are arrays of different lengths', 'arrays of different lengths' ],
+	[ 'earlier_names = NULL', 'Some of its columns earlier_\* are null, and some are not', 'its names null, the rest not' ],
+	[ 'earlier_generations[3] = NULL', 'One of its earlier names, owners, generations or expiries is null', 'a null generation' ])
+{
+	my ($set, $detail, $what) = @$damage;
+	my ($ret, $out, $err) = $node->psql('postgres', qq{
+		BEGIN;
+		UPDATE hoplock_internal.event SET $set
+		 WHERE seq = (SELECT max(seq) FROM hoplock_internal.event WHERE earlier_names IS NOT NULL);
+		SELECT count(*) FROM hoplock_events(0);
+		ROLLBACK;});
+	like($err, qr/ERROR:  the row of event \d+ of table "hoplock_internal.event" is damaged\nDETAIL:  $detail/,
+		"a row with $what is an error, not fewer events");
+}
 
 # each lapsed term, as its history row has it (those taken over during the
 # lapse too, "taken over" if the acquire announced it before the worker):

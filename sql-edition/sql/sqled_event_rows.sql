@@ -28,4 +28,34 @@ SELECT (seq - :s0) / 2048 AS k, name FROM hoplock_watch(:s0 + 3 * 2048, '1 s') O
 SELECT count(*) FROM hoplock_events(:s0 + 2 * 2048 + 1);
 \set VERBOSITY default
 
+-- a row whose columns earlier_* disagree is an error, never fewer events
+-- or a number twice (as in the C edition: t/100)
+CREATE FUNCTION pg_temp.read_all() RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    d text;
+BEGIN
+    PERFORM count(*) FROM hoplock_events(0);
+    RETURN 'read';
+EXCEPTION WHEN data_corrupted THEN
+    GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
+    RETURN 'XX001: ' || d;
+END $$;
+BEGIN;
+UPDATE hoplock_internal.event SET earlier_owners = earlier_owners[1:2] WHERE seq = :s0 + 4 * 2048;
+SELECT pg_temp.read_all();
+ROLLBACK;
+BEGIN;
+UPDATE hoplock_internal.event SET earlier_names = NULL WHERE seq = :s0 + 4 * 2048;
+SELECT pg_temp.read_all();
+ROLLBACK;
+BEGIN;
+UPDATE hoplock_internal.event SET earlier_generations[2] = NULL WHERE seq = :s0 + 4 * 2048;
+SELECT pg_temp.read_all();
+ROLLBACK;
+BEGIN;
+UPDATE hoplock_internal.event SET seq = :s0 + 3 * 2048 WHERE seq = :s0 + 5 * 2048;
+SELECT pg_temp.read_all();
+ROLLBACK;
+SELECT pg_temp.read_all();
+
 DELETE FROM hoplock_internal.event WHERE seq IN (:s0 + 4 * 2048, :s0 + 5 * 2048);

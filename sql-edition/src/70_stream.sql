@@ -31,10 +31,55 @@ RETURNS SETOF record
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     h bigint;
+    bad_seq bigint;
+    bad_detail text;
 BEGIN
     PERFORM hoplock_internal.expire();
     h := hoplock_internal.horizon();
     PERFORM hoplock_internal.check_since(since, h);
+    -- a row whose columns earlier_* disagree is damaged: an error, as in
+    -- the C edition, never fewer events or a number twice
+    SELECT d.seq, d.detail INTO bad_seq, bad_detail
+      FROM (SELECT e.seq,
+           CASE WHEN num_nulls(e.earlier_names, e.earlier_owners, e.earlier_generations,
+                               e.earlier_expires_at, e.earlier_values) > 0
+                THEN 'Some of its columns earlier_* are null, and some are not.'
+                WHEN array_ndims(e.earlier_names) IS DISTINCT FROM 1
+                  OR array_ndims(e.earlier_owners) IS DISTINCT FROM 1
+                  OR array_ndims(e.earlier_generations) IS DISTINCT FROM 1
+                  OR array_ndims(e.earlier_expires_at) IS DISTINCT FROM 1
+                  OR array_ndims(e.earlier_values) IS DISTINCT FROM 1
+                THEN 'Its columns earlier_* are not the one-dimensional arrays hoplock writes.'
+                WHEN cardinality(e.earlier_owners) <> cardinality(e.earlier_names)
+                  OR cardinality(e.earlier_generations) <> cardinality(e.earlier_names)
+                  OR cardinality(e.earlier_expires_at) <> cardinality(e.earlier_names)
+                  OR cardinality(e.earlier_values) <> cardinality(e.earlier_names)
+                THEN 'Its columns earlier_* are arrays of different lengths.'
+                WHEN array_position(e.earlier_names, NULL) IS NOT NULL
+                  OR array_position(e.earlier_owners, NULL) IS NOT NULL
+                  OR array_position(e.earlier_generations, NULL) IS NOT NULL
+                  OR array_position(e.earlier_expires_at, NULL) IS NOT NULL
+                THEN 'One of its earlier names, owners, generations or expiries is null.'
+                WHEN cardinality(e.earlier_names) > 999
+                THEN 'It carries more events than hoplock writes to a row.'
+                WHEN e.seq >> 11 <= cardinality(e.earlier_names)
+                THEN 'It carries more events than there are numbers below its own.'
+                WHEN e.seq - (cardinality(e.earlier_names)::bigint << 11)
+                     <= coalesce((SELECT max(p.seq) FROM hoplock_internal.event AS p WHERE p.seq < e.seq), 0)
+                THEN 'The numbers of the events it carries reach down to the row before it.'
+           END AS detail
+              FROM hoplock_internal.event AS e
+             WHERE e.seq > since
+               AND num_nulls(e.earlier_names, e.earlier_owners, e.earlier_generations,
+                             e.earlier_expires_at, e.earlier_values) < 5) AS d
+     WHERE d.detail IS NOT NULL
+     ORDER BY d.seq
+     LIMIT 1;
+    IF bad_detail IS NOT NULL THEN
+        RAISE EXCEPTION 'the row of event % of table "hoplock_internal.event" is damaged', bad_seq
+            USING ERRCODE = 'XX001', DETAIL = bad_detail,
+                  HINT = 'The table was altered or damaged; delete the row or restore the table.';
+    END IF;
     -- a row's own event, and those it carries below it (a C edition's mass
     -- expiry: the i-th of n numbered seq - ((n - i + 1) << 11))
     RETURN QUERY
