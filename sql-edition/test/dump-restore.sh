@@ -4,7 +4,8 @@
 # the C edition (a server with hoplock preloaded) is dumped and restored
 # into a server with the SQL edition, used there, dumped again and
 # restored into the C edition's server.  Each time: the leases, slots,
-# keepalive, history, generation floor and event log are what was dumped;
+# keepalive, history, generation floor and event log (a mass expiry's
+# rows that carry many events too) are what was dumped;
 # the running terms go on (renewed with their generations); the next term
 # of every name is above every generation it had, in either edition.
 # Prints "ok" / "not ok" lines, then "N passed, M failed".
@@ -81,6 +82,23 @@ SELECT hoplock_acquire('sl', 'w2', '1 h', slots => 2);
 SELECT hoplock_acquire('ka' || i, 'k', '1 h') FROM generate_series(1, 2) AS i;
 SELECT count(*) FROM hoplock_renew_all('k', '1 h');
 SQL
+# ... and a mass expiry: 200 terms lapsing at one instant, whose expired
+# events the worker records as rows that carry many (eventlog.c)
+cpsql -c "SELECT count(hoplock.hoplock_acquire('mx' || i, 'm', t.at - clock_timestamp()))
+            FROM (SELECT statement_timestamp() + interval '1.5 s' AS at) AS t,
+                 generate_series(1, 200) AS i" >/dev/null
+for _ in $(seq 1 100); do
+	[ "$(cpsql -c "SELECT count(*) FILTER (WHERE name LIKE 'mx%' AND state = 'h') = 0
+	                      AND EXISTS (SELECT FROM hoplock_internal.event WHERE earlier_names IS NOT NULL)
+	                 FROM hoplock_internal.lease")" = t ] && break
+	sleep 0.1
+done
+check "the C edition records a mass expiry in rows that carry many" \
+	"$(cpsql -c "SELECT count(*) > 0 FROM hoplock_internal.event WHERE earlier_names IS NOT NULL")" t
+# a number inside such a row, and what follows it there
+mid=$(cpsql -c "SELECT seq - ((cardinality(earlier_names) - 4)::bigint << 11)
+                  FROM hoplock_internal.event WHERE earlier_names IS NOT NULL ORDER BY seq LIMIT 1")
+after_mid=$(cpsql -c "SELECT count(*) || ' ' || min(seq) FROM hoplock.hoplock_events($mid) WHERE name LIKE 'mx%'")
 cpsql -c "$state_sql" >"$dir/c.state"
 
 # C -> SQL
@@ -92,6 +110,9 @@ spsql -c 'CREATE DATABASE moved' >/dev/null
 check "C to SQL: restored" "$(spsql -d moved -c "SELECT extversion FROM pg_extension WHERE extname = 'hoplock'")" "1.2.0"
 check "C to SQL: the state is the dumped one" \
 	"$(spsql -d moved -c "$state_sql" | diff "$dir/c.state" - && echo same)" same
+check "C to SQL: resuming from inside a row that carries many" \
+	"$(spsql -d moved -c "SELECT count(*) || ' ' || min(seq) FROM hoplock.hoplock_events($mid) WHERE name LIKE 'mx%'")" \
+	"$after_mid"
 check "C to SQL: the running term renews with its generation" "$(spsql -d moved -c "SET search_path = hoplock;
 	SELECT r.generation = h.generation FROM hoplock_holder('run') AS h, hoplock_renew('run', 'a', '1 h') AS r")" t
 check "C to SQL: hoplock_renew_all renews the keepalive's terms" "$(spsql -d moved -c "SET search_path = hoplock;
@@ -116,6 +137,9 @@ cpsql -c 'CREATE DATABASE back' >/dev/null
 	>"$dir/restore-c.log" 2>&1 || cat "$dir/restore-c.log"
 check "SQL to C: the state is the dumped one" \
 	"$(cpsql -d back -c "$state_sql" | diff "$dir/s.state" - && echo same)" same
+check "SQL to C: resuming from inside a row that carries many" \
+	"$(cpsql -d back -c "SELECT count(*) || ' ' || min(seq) FROM hoplock.hoplock_events($mid) WHERE name LIKE 'mx%'")" \
+	"$after_mid"
 check "SQL to C: the running terms renew with their generations" "$(cpsql -d back -c "SET search_path = hoplock;
 	SELECT bool_and(r.generation = h.generation)
 	  FROM unnest(ARRAY['run', 'done', 'gone']) AS x, hoplock_holder(x) AS h, hoplock_renew(x, 'b', '1 h') AS r")" t
