@@ -258,7 +258,7 @@ earlier_column(TupleTableSlot *slot, int attnum, int64 seq, Oid type,
 	char		align = type == TEXTOID ? TYPALIGN_INT : TYPALIGN_DOUBLE;
 	int			count;
 
-	if (ARR_ELEMTYPE(array) != type || ARR_NDIM(array) > 1)
+	if (ARR_ELEMTYPE(array) != type || ARR_NDIM(array) != 1)
 		earlier_damaged(seq, DAMAGE_TYPES);
 	deconstruct_array(array, type, typlen, byval, align, elems, nulls, &count);
 	if (n >= 0 && count != n)
@@ -270,8 +270,8 @@ earlier_column(TupleTableSlot *slot, int attnum, int64 seq, Oid type,
 }
 
 /*
- * The events row "slot" (numbered "seq") carries besides its own, into
- * "earlier" (allocated in the current memory context): how many.
+ * The events a row carries besides its own, its columns earlier_*
+ * deconstructed
  */
 typedef struct EarlierRead
 {
@@ -283,6 +283,10 @@ typedef struct EarlierRead
 	bool	   *value_nulls;
 } EarlierRead;
 
+/*
+ * Read the events row "slot" (numbered "seq") carries into "r", allocated
+ * in the current memory context; returns how many (0: none).
+ */
 static int
 read_earlier(TupleTableSlot *slot, int64 seq, EarlierRead *r)
 {

@@ -188,7 +188,8 @@ is(q1(qq{SELECT min(seq) FROM hoplock_watch($mid, '1 s')}),
 for my $damage (
 	[ 'earlier_owners = earlier_owners[1:2]', 'Its columns earlier_\* are arrays of different lengths', 'arrays of different lengths' ],
 	[ 'earlier_names = NULL', 'Some of its columns earlier_\* are null, and some are not', 'its names null, the rest not' ],
-	[ 'earlier_generations[3] = NULL', 'One of its earlier names, owners, generations or expiries is null', 'a null generation' ])
+	[ 'earlier_generations[3] = NULL', 'One of its earlier names, owners, generations or expiries is null', 'a null generation' ],
+	[ q{earlier_names = '{}'}, 'Its columns earlier_\* are not the one-dimensional arrays hoplock writes', 'an empty array' ])
 {
 	my ($set, $detail, $what) = @$damage;
 	my ($ret, $out, $err) = $node->psql('postgres', qq{

@@ -53,6 +53,10 @@ UPDATE hoplock_internal.event SET earlier_generations[2] = NULL WHERE seq = :s0 
 SELECT pg_temp.read_all();
 ROLLBACK;
 BEGIN;
+UPDATE hoplock_internal.event SET earlier_names = '{}' WHERE seq = :s0 + 4 * 2048;
+SELECT pg_temp.read_all();
+ROLLBACK;
+BEGIN;
 UPDATE hoplock_internal.event SET seq = :s0 + 3 * 2048 WHERE seq = :s0 + 5 * 2048;
 SELECT pg_temp.read_all();
 ROLLBACK;
