@@ -5,8 +5,8 @@
  *		the events: the database's worker does it, in number order, up to
  *		HL_DELIVERY_BATCH events per transaction (and the rest of a row
  *		that carries many, a mass expiry's, whole: eventlog.c, so up to
- *		twice that), and records in the
- *		same transaction how far it got (hoplock_internal.delivery).  So:
+ *		twice that), and records in the same transaction how far it got
+ *		(hoplock_internal.delivery).  So:
  *
  *		- a term change takes none of the cluster-wide lock that NOTIFY
  *		  takes from pre-commit to the end of its commit: only the

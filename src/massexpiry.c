@@ -420,8 +420,8 @@ hl_mass_record(HlMassLeftOut left_out, void *arg, int64 *lag)
 	hl_expiries_flip(batch_names, batch_lens, generations, batch_size, kept);
 
 	/*
-	 * 4: their events, one row of the log for all (events.c), and the mark
-	 * a restart looks for
+	 * 4: their events, a thousand to a row of the log (events.c), and the
+	 * mark a restart looks for
 	 */
 	for (int i = 0; i < batch_size; i++)
 	{
