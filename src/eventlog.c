@@ -283,6 +283,16 @@ typedef struct EarlierRead
 	bool	   *value_nulls;
 } EarlierRead;
 
+/* Does the row carry events besides its own: any of earlier_* set? */
+static bool
+carries_events(TupleTableSlot *slot)
+{
+	for (int a = Anum_event_earlier_names; a <= Anum_event_earlier_values; a++)
+		if (!slot->tts_isnull[a - 1])
+			return true;
+	return false;
+}
+
 /*
  * Read the events row "slot" (numbered "seq") carries into "r", allocated
  * in the current memory context; returns how many (0: none).
@@ -290,16 +300,14 @@ typedef struct EarlierRead
 static int
 read_earlier(TupleTableSlot *slot, int64 seq, EarlierRead *r)
 {
-	int			nnull = 0;
 	int			n;
 	bool	   *nulls;
 
-	for (int a = Anum_event_earlier_names; a <= Anum_event_earlier_values; a++)
-		nnull += slot->tts_isnull[a - 1] ? 1 : 0;
-	if (nnull == Anum_event_earlier_values - Anum_event_earlier_names + 1)
+	if (!carries_events(slot))
 		return 0;
-	if (nnull != 0)
-		earlier_damaged(seq, DAMAGE_SOME_NULL);
+	for (int a = Anum_event_earlier_names; a <= Anum_event_earlier_values; a++)
+		if (slot->tts_isnull[a - 1])
+			earlier_damaged(seq, DAMAGE_SOME_NULL);
 	n = earlier_column(slot, Anum_event_earlier_names, seq, TEXTOID, -1,
 					   &r->names, &nulls, false);
 	/* what hoplock writes: a reader (the delivery) takes a row whole */
@@ -363,15 +371,10 @@ hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 		e.event = DatumGetTextPP(slot->tts_values[Anum_event_event - 1]);
 
 		/*
-		 * First the events the row carries, in a context of their own (if
-		 * any of the five columns is set: read_earlier refuses a row with
-		 * some of them null).
+		 * First the events the row carries, in a context of their own
+		 * (read_earlier refuses a row with some of earlier_* null).
 		 */
-		if (!slot->tts_isnull[Anum_event_earlier_names - 1] ||
-			!slot->tts_isnull[Anum_event_earlier_owners - 1] ||
-			!slot->tts_isnull[Anum_event_earlier_generations - 1] ||
-			!slot->tts_isnull[Anum_event_earlier_expires_at - 1] ||
-			!slot->tts_isnull[Anum_event_earlier_values - 1])
+		if (carries_events(slot))
 		{
 			MemoryContext old;
 
@@ -442,6 +445,9 @@ hl_eventlog_scan(int64 after, int64 through, Snapshot snapshot,
 /*
  * The greatest number of an event up to "through" (0 if none), in
  * *newest.  Without "wait", returns false if maintenance holds the log.
+ * "through" is a horizon (hl_event_horizon) or PG_INT64_MAX: neither falls
+ * among the numbers a row carries below its own (a block of numbers is
+ * published as one), so the greatest is a row's own.
  */
 bool
 hl_eventlog_newest(int64 through, Snapshot snapshot, bool wait,
@@ -467,47 +473,6 @@ hl_eventlog_newest(int64 through, Snapshot snapshot, bool wait,
 
 		if (!isnull)
 			*newest = DatumGetInt64(d);
-	}
-
-	/*
-	 * The row after it may carry events numbered up to "through" too (a
-	 * mass expiry's, numbered below their row's).  Not with the horizon
-	 * for a bound, which never falls inside a committed row (a block's
-	 * numbers are published as one); but a bound may be any number.
-	 */
-	if (through < PG_INT64_MAX)
-	{
-		ScanKeyInit(&key, Anum_event_seq, BTGreaterStrategyNumber, F_INT8GT,
-					Int64GetDatum(through));
-		index_rescan(scan, &key, 1, NULL, 0);
-		if (index_getnext_slot(scan, ForwardScanDirection, slot))
-		{
-			int64		seq;
-			int			n = 0;
-
-			slot_getallattrs(slot);
-			check_column(slot, Anum_event_seq);
-			seq = DatumGetInt64(slot->tts_values[Anum_event_seq - 1]);
-			/* how many it carries: the length of one of its arrays */
-			if (!slot->tts_isnull[Anum_event_earlier_names - 1])
-			{
-				ArrayType  *names;
-
-				names = DatumGetArrayTypeP(slot->tts_values[Anum_event_earlier_names - 1]);
-				n = ARR_NDIM(names) == 1 ? ARR_DIMS(names)[0] : 0;
-				if ((Pointer) names != DatumGetPointer(slot->tts_values[Anum_event_earlier_names - 1]))
-					pfree(names);
-			}
-			/* the greatest of them up to "through" */
-			for (int i = n - 1; i >= 0; i--)
-			{
-				if (earlier_seq(seq, n, i) <= through)
-				{
-					*newest = Max(*newest, earlier_seq(seq, n, i));
-					break;
-				}
-			}
-		}
 	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
